@@ -1,0 +1,172 @@
+// Python bindings (qtts._core). The GIL is released while ggml computes.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "error.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "model.h"
+#include "session.h"
+
+namespace py = pybind11;
+using namespace qtts;
+
+namespace {
+
+py::dict transformer_dict(const TransformerHParams & hp) {
+    py::dict d;
+    d["embedding_length"] = hp.n_embd;
+    d["feed_forward_length"] = hp.n_ff;
+    d["block_count"] = hp.n_layer;
+    d["head_count"] = hp.n_head;
+    d["head_count_kv"] = hp.n_head_kv;
+    d["head_dim"] = hp.head_dim;
+    d["norm_eps"] = hp.eps;
+    d["rope_freq_base"] = hp.rope_base;
+    if (hp.n_ctx) d["context_length"] = hp.n_ctx;
+    return d;
+}
+
+py::dict hparams(const Model & m) {
+    py::dict d;
+    py::dict talker = transformer_dict(m.talker.hp);
+    talker["text_vocab_size"] = m.talker.text_vocab;
+    talker["text_embedding_length"] = m.talker.text_embd;
+    talker["codec_vocab_size"] = m.talker.codec_vocab;
+    talker["num_code_groups"] = m.talker.n_code_groups;
+    d["talker"] = talker;
+    py::dict cp = transformer_dict(m.code_pred.hp);
+    cp["vocab_size"] = m.code_pred.vocab;
+    cp["has_projection"] = m.code_pred.mtp_proj != nullptr;
+    d["code_predictor"] = cp;
+    if (m.speaker_encoder) {
+        py::dict s;
+        s["embedding_length"] = m.speaker_encoder->embd;
+        s["mel_dim"] = m.speaker_encoder->mel_dim;
+        s["channels"] = m.speaker_encoder->channels;
+        s["sample_rate"] = m.speaker_encoder->sample_rate;
+        d["speaker_encoder"] = s;
+    }
+    py::dict dec = transformer_dict(m.codec_decoder.hp);
+    dec["num_quantizers"] = m.codec_decoder.n_quantizers;
+    dec["codebook_size"] = m.codec_decoder.codebook_size;
+    dec["sample_rate"] = m.codec_decoder.sample_rate;
+    dec["hop_length"] = m.codec_decoder.hop_length;
+    d["codec_decoder"] = dec;
+    py::dict enc = transformer_dict(m.codec_encoder.hp);
+    enc["num_quantizers"] = m.codec_encoder.n_quantizers;
+    enc["sample_rate"] = m.codec_encoder.sample_rate;
+    enc["hop_length"] = m.codec_encoder.hop_length;
+    d["codec_encoder"] = enc;
+    return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, mod) {
+    mod.doc() = "qtts native core: Qwen3-TTS on ggml";
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const Error & e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        }
+    });
+
+    mod.def("ggml_version", []() { return std::string(ggml_version()); });
+    mod.def("devices", []() {
+        std::vector<py::dict> out;
+        for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+            ggml_backend_dev_t d = ggml_backend_dev_get(i);
+            py::dict e;
+            e["name"] = ggml_backend_dev_name(d);
+            e["description"] = ggml_backend_dev_description(d);
+            switch (ggml_backend_dev_type(d)) {
+                case GGML_BACKEND_DEVICE_TYPE_CPU: e["type"] = "cpu"; break;
+                case GGML_BACKEND_DEVICE_TYPE_GPU: e["type"] = "gpu"; break;
+                case GGML_BACKEND_DEVICE_TYPE_IGPU: e["type"] = "igpu"; break;
+                default: e["type"] = "accel"; break;
+            }
+            out.push_back(e);
+        }
+        return out;
+    });
+    mod.def("cpu_features", []() {
+        std::vector<std::string> out;
+        ggml_backend_reg_t reg = ggml_backend_reg_by_name("CPU");
+        auto get = reg ? (ggml_backend_get_features_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features")
+                       : nullptr;
+        if (get) {
+            for (ggml_backend_feature * f = get(reg); f && f->name; ++f) out.emplace_back(f->name);
+        }
+        return out;
+    });
+
+    py::class_<Model, std::shared_ptr<Model>>(mod, "Model")
+        .def(py::init([](const std::string & path, const std::string & device) {
+                 py::gil_scoped_release release;
+                 return std::make_shared<Model>(path, device);
+             }),
+             py::arg("path"), py::arg("device") = "auto")
+        .def_readonly("path", &Model::path)
+        .def_readonly("name", &Model::name)
+        .def_readonly("variant", &Model::variant)
+        .def_readonly("size", &Model::size)
+        .def_readonly("file_size", &Model::file_size)
+        .def_readonly("weight_bytes", &Model::weight_bytes)
+        .def_readonly("languages", &Model::languages)
+        .def_readonly("component_devices", &Model::component_devices)
+        .def_property_readonly("device", [](const Model & m) { return std::string(ggml_backend_dev_name(m.device)); })
+        .def_property_readonly("speakers",
+                               [](const Model & m) {
+                                   std::vector<py::tuple> out;
+                                   for (const Speaker & s : m.speakers) out.push_back(py::make_tuple(s.name, s.id, s.dialect));
+                                   return out;
+                               })
+        .def_property_readonly("text_ids",
+                               [](const Model & m) {
+                                   py::dict d;
+                                   d["im_start"] = m.text_ids.im_start;
+                                   d["im_end"] = m.text_ids.im_end;
+                                   d["tts_pad"] = m.text_ids.pad;
+                                   d["tts_bos"] = m.text_ids.bos;
+                                   d["tts_eos"] = m.text_ids.eos;
+                                   return d;
+                               })
+        .def_property_readonly("generation_defaults",
+                               [](const Model & m) {
+                                   py::dict d;
+                                   d["do_sample"] = m.gen.do_sample;
+                                   d["temperature"] = m.gen.temperature;
+                                   d["top_k"] = m.gen.top_k;
+                                   d["top_p"] = m.gen.top_p;
+                                   d["repetition_penalty"] = m.gen.repetition_penalty;
+                                   d["subtalker_dosample"] = m.gen.sub_do_sample;
+                                   d["subtalker_temperature"] = m.gen.sub_temperature;
+                                   d["subtalker_top_k"] = m.gen.sub_top_k;
+                                   d["subtalker_top_p"] = m.gen.sub_top_p;
+                                   d["max_new_tokens"] = m.gen.max_new_tokens;
+                                   return d;
+                               })
+        .def_property_readonly("hparams", &hparams);
+
+    py::class_<Session>(mod, "Session")
+        .def(py::init([](std::shared_ptr<Model> model, int n_threads) {
+                 return std::make_unique<Session>(std::move(model), n_threads);
+             }),
+             py::arg("model"), py::arg("n_threads"), py::keep_alive<1, 2>())
+        .def_property_readonly("n_threads", &Session::n_threads)
+        .def_property_readonly("device", &Session::device)
+        .def("text_embed", [](Session & s, const std::vector<int32_t> & ids) {
+            std::vector<float> out;
+            {
+                py::gil_scoped_release release;
+                out = s.text_embed(ids);
+            }
+            const py::ssize_t d = static_cast<py::ssize_t>(s.model().talker.hp.n_embd);
+            py::array_t<float> arr({static_cast<py::ssize_t>(ids.size()), d});
+            std::memcpy(arr.mutable_data(), out.data(), out.size() * sizeof(float));
+            return arr;
+        });
+}

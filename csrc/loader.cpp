@@ -1,0 +1,258 @@
+#include "loader.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "error.h"
+#include "ggml-cpu.h"
+
+#if defined(_WIN32)
+#define QTTS_NO_MMAP 1
+#else
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#endif
+
+namespace qtts {
+
+// Read-only mapping of the whole file; weights on host devices point straight into it.
+class MappedFile {
+public:
+    explicit MappedFile(const std::string & path) {
+#ifndef QTTS_NO_MMAP
+        int fd = ::open(path.c_str(), O_RDONLY);
+        if (fd < 0) fail("%s: cannot open: %s", path.c_str(), std::strerror(errno));
+        struct stat st{};
+        ::fstat(fd, &st);
+        size_ = static_cast<size_t>(st.st_size);
+        addr_ = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+        ::close(fd);
+        if (addr_ == MAP_FAILED) fail("%s: mmap failed: %s", path.c_str(), std::strerror(errno));
+#else
+        (void) path;
+        fail("memory mapping is not available on this platform");
+#endif
+    }
+    ~MappedFile() {
+#ifndef QTTS_NO_MMAP
+        if (addr_ && addr_ != MAP_FAILED) ::munmap(addr_, size_);
+#endif
+    }
+    uint8_t * data() const { return static_cast<uint8_t *>(addr_); }
+
+private:
+    void * addr_ = nullptr;
+    size_t size_ = 0;
+};
+
+std::string shape_str(const int64_t * ne, int n) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+static int n_dims_of(const int64_t * ne) {
+    int n = GGML_MAX_DIMS;
+    while (n > 1 && ne[n - 1] == 1) --n;
+    return n;
+}
+
+GgufFile::GgufFile(const std::string & path) : path_(path) {
+    FILE * f = std::fopen(path.c_str(), "rb");
+    if (!f) fail("%s: cannot open: %s", path.c_str(), std::strerror(errno));
+    char magic[4] = {0, 0, 0, 0};
+    size_t got = std::fread(magic, 1, 4, f);
+    std::fseek(f, 0, SEEK_END);
+    file_size_ = static_cast<uint64_t>(std::ftell(f));
+    std::fclose(f);
+    if (got != 4 || std::memcmp(magic, "GGUF", 4) != 0) {
+        fail("%s: not a GGUF file (bad magic)", path.c_str());
+    }
+    gguf_init_params params = {/*no_alloc=*/true, /*ctx=*/&meta_};
+    last_ggml_error();
+    gguf_ = gguf_init_from_file(path.c_str(), params);
+    if (!gguf_) {
+        std::string why = last_ggml_error();
+        fail("%s: corrupt or truncated GGUF header%s%s", path.c_str(), why.empty() ? "" : ": ", why.c_str());
+    }
+    int64_t arch = gguf_find_key(gguf_, "general.architecture");
+    if (arch < 0 || gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING) {
+        fail("%s: no general.architecture key: not a qtts model", path.c_str());
+    }
+    std::string name = gguf_get_val_str(gguf_, arch);
+    if (name != "qwen3-tts") {
+        fail("%s: architecture is '%s', expected 'qwen3-tts'", path.c_str(), name.c_str());
+    }
+}
+
+GgufFile::~GgufFile() {
+    if (meta_) ggml_free(meta_);
+    if (gguf_) gguf_free(gguf_);
+}
+
+int64_t GgufFile::key_id(const char * key, enum gguf_type want) const {
+    int64_t id = gguf_find_key(gguf_, key);
+    if (id < 0) fail("%s: metadata key '%s' is missing", path_.c_str(), key);
+    enum gguf_type t = gguf_get_kv_type(gguf_, id);
+    if (t != want) {
+        fail("%s: metadata key '%s' has type %s, expected %s", path_.c_str(), key, gguf_type_name(t),
+             gguf_type_name(want));
+    }
+    return id;
+}
+
+bool GgufFile::has(const char * key) const { return gguf_find_key(gguf_, key) >= 0; }
+
+uint32_t GgufFile::u32(const char * key) const {
+    int64_t id = gguf_find_key(gguf_, key);
+    if (id >= 0 && gguf_get_kv_type(gguf_, id) == GGUF_TYPE_INT32) {
+        int32_t v = gguf_get_val_i32(gguf_, id);
+        if (v < 0) fail("%s: metadata key '%s' is negative (%d)", path_.c_str(), key, v);
+        return static_cast<uint32_t>(v);
+    }
+    return gguf_get_val_u32(gguf_, key_id(key, GGUF_TYPE_UINT32));
+}
+
+uint32_t GgufFile::u32_or(const char * key, uint32_t fallback) const { return has(key) ? u32(key) : fallback; }
+
+float GgufFile::f32(const char * key) const { return gguf_get_val_f32(gguf_, key_id(key, GGUF_TYPE_FLOAT32)); }
+
+bool GgufFile::boolean(const char * key) const { return gguf_get_val_bool(gguf_, key_id(key, GGUF_TYPE_BOOL)); }
+
+std::string GgufFile::str(const char * key) const { return gguf_get_val_str(gguf_, key_id(key, GGUF_TYPE_STRING)); }
+
+std::vector<int32_t> GgufFile::i32_array(const char * key) const {
+    int64_t id = key_id(key, GGUF_TYPE_ARRAY);
+    enum gguf_type t = gguf_get_arr_type(gguf_, id);
+    size_t n = gguf_get_arr_n(gguf_, id);
+    std::vector<int32_t> out(n);
+    if (t == GGUF_TYPE_INT32 || t == GGUF_TYPE_UINT32) {
+        if (n) std::memcpy(out.data(), gguf_get_arr_data(gguf_, id), n * sizeof(int32_t));
+        return out;
+    }
+    fail("%s: metadata key '%s' is an array of %s, expected integers", path_.c_str(), key, gguf_type_name(t));
+}
+
+std::vector<std::string> GgufFile::str_array(const char * key) const {
+    int64_t id = key_id(key, GGUF_TYPE_ARRAY);
+    if (gguf_get_arr_type(gguf_, id) != GGUF_TYPE_STRING) {
+        fail("%s: metadata key '%s' is not an array of strings", path_.c_str(), key);
+    }
+    size_t n = gguf_get_arr_n(gguf_, id);
+    std::vector<std::string> out;
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) out.emplace_back(gguf_get_arr_str(gguf_, id, i));
+    return out;
+}
+
+static bool type_allowed(ggml_type t, WeightKind kind) {
+    switch (kind) {
+        case WeightKind::F32:
+            return t == GGML_TYPE_F32;
+        case WeightKind::MATMUL:
+        case WeightKind::TABLE:
+            if (t == GGML_TYPE_F32 || t == GGML_TYPE_BF16) return true;
+            if (!ggml_is_quantized(t)) return false;
+            // a type without a CPU dot product crashes ggml instead of failing
+            return ggml_get_type_traits_cpu(t)->vec_dot != nullptr;
+    }
+    return false;
+}
+
+ggml_tensor * GgufFile::tensor(const std::string & name, std::initializer_list<int64_t> ne, WeightKind kind,
+                               bool required) {
+    ggml_tensor * t = ggml_get_tensor(meta_, name.c_str());
+    if (!t) {
+        if (required) fail("%s: tensor '%s' is missing", path_.c_str(), name.c_str());
+        return nullptr;
+    }
+    int64_t want[GGML_MAX_DIMS] = {1, 1, 1, 1};
+    int i = 0;
+    for (int64_t v : ne) want[i++] = v;
+    for (int d = 0; d < GGML_MAX_DIMS; ++d) {
+        if (t->ne[d] != want[d]) {
+            fail("%s: tensor '%s' has shape %s, expected %s (ggml order)", path_.c_str(), name.c_str(),
+                 shape_str(t->ne, n_dims_of(t->ne)).c_str(), shape_str(want, static_cast<int>(ne.size())).c_str());
+        }
+    }
+    if (!type_allowed(t->type, kind)) {
+        const char * hint = "";
+        if (t->type == GGML_TYPE_F16 && kind == WeightKind::MATMUL) {
+            hint = " (F16 overflows this network's activations; convert with --type bf16 or q8_0)";
+        } else if (kind == WeightKind::F32) {
+            hint = " (this tensor must be F32)";
+        }
+        fail("%s: tensor '%s' has unsupported type %s%s", path_.c_str(), name.c_str(), ggml_type_name(t->type),
+             hint);
+    }
+    requested_.insert(name);
+    return t;
+}
+
+void GgufFile::check_complete() const {
+    const size_t data_offset = gguf_get_data_offset(gguf_);
+    for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) {
+        const char * name = gguf_get_tensor_name(gguf_, i);
+        if (!requested_.count(name)) {
+            fail("%s: unexpected tensor '%s' (not part of this model's layout)", path_.c_str(), name);
+        }
+        uint64_t end = data_offset + gguf_get_tensor_offset(gguf_, i) + gguf_get_tensor_size(gguf_, i);
+        if (end > file_size_) {
+            fail("%s: tensor '%s' data is not within the file bounds (file truncated?)", path_.c_str(), name);
+        }
+    }
+}
+
+std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev) {
+    const size_t data_offset = gguf_get_data_offset(gguf_);
+    ggml_backend_dev_props props{};
+    ggml_backend_dev_get_props(dev, &props);
+    std::vector<ggml_backend_buffer_t> bufs;
+    const int64_t n = gguf_get_n_tensors(gguf_);
+    if (n == 0) return bufs;
+
+    const bool host = ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    if (host && props.caps.buffer_from_host_ptr) {
+        map_ = std::make_unique<MappedFile>(path_);
+        size_t max_tensor = 0;
+        for (int64_t i = 0; i < n; ++i) max_tensor = std::max(max_tensor, gguf_get_tensor_size(gguf_, i));
+        uint8_t * base = map_->data() + data_offset;
+        ggml_backend_buffer_t buf =
+            ggml_backend_dev_buffer_from_host_ptr(dev, base, file_size_ - data_offset, max_tensor);
+        if (!buf) fail("%s: the device could not map the weights", path_.c_str());
+        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        bufs.push_back(buf);
+        for (int64_t i = 0; i < n; ++i) {
+            ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
+            if (ggml_backend_tensor_alloc(buf, t, base + gguf_get_tensor_offset(gguf_, i)) != GGML_STATUS_SUCCESS) {
+                fail("%s: cannot place tensor '%s'", path_.c_str(), t->name);
+            }
+        }
+        return bufs;
+    }
+
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(meta_, ggml_backend_dev_buffer_type(dev));
+    if (!buf) fail("%s: out of device memory for the weights on %s", path_.c_str(), ggml_backend_dev_name(dev));
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    bufs.push_back(buf);
+    FILE * f = std::fopen(path_.c_str(), "rb");
+    if (!f) fail("%s: cannot open: %s", path_.c_str(), std::strerror(errno));
+    std::vector<uint8_t> tmp;
+    for (int64_t i = 0; i < n; ++i) {
+        ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
+        tmp.resize(ggml_nbytes(t));
+        std::fseek(f, static_cast<long>(data_offset + gguf_get_tensor_offset(gguf_, i)), SEEK_SET);
+        if (std::fread(tmp.data(), 1, tmp.size(), f) != tmp.size()) {
+            std::fclose(f);
+            fail("%s: short read of tensor '%s'", path_.c_str(), t->name);
+        }
+        ggml_backend_tensor_set(t, tmp.data(), 0, tmp.size());
+    }
+    std::fclose(f);
+    return bufs;
+}
+
+}  // namespace qtts

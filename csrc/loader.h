@@ -1,0 +1,71 @@
+// Opening a qtts GGUF file: header parsing, typed metadata access, tensor validation and
+// placement of the weights in backend buffers (memory-mapped where the device allows).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "gguf.h"
+
+namespace qtts {
+
+// Which element types a weight may have; checked against what the device can compute.
+enum class WeightKind {
+    F32,     // norms, biases, convolution kernels, codebooks: exact F32 only
+    MATMUL,  // talker / predictor linears: F32, BF16 or a quantized type (never F16)
+    TABLE,   // embedding tables read with get_rows: as MATMUL
+};
+
+class MappedFile;
+
+class GgufFile {
+public:
+    explicit GgufFile(const std::string & path);
+    ~GgufFile();
+    GgufFile(const GgufFile &) = delete;
+    GgufFile & operator=(const GgufFile &) = delete;
+
+    const std::string & path() const { return path_; }
+    uint64_t file_size() const { return file_size_; }
+
+    bool has(const char * key) const;
+    uint32_t u32(const char * key) const;
+    uint32_t u32_or(const char * key, uint32_t fallback) const;
+    float f32(const char * key) const;
+    bool boolean(const char * key) const;
+    std::string str(const char * key) const;
+    std::vector<int32_t> i32_array(const char * key) const;
+    std::vector<std::string> str_array(const char * key) const;
+
+    // Look up a weight and check its shape (ggml order: ne0 = contiguous) and type.
+    ggml_tensor * tensor(const std::string & name, std::initializer_list<int64_t> ne, WeightKind kind,
+                         bool required = true);
+    // After every weight was requested: reject tensors nobody asked for, check data bounds.
+    void check_complete() const;
+
+    // Allocate all requested weights on `dev` (mmap on host devices) and fill them.
+    // Returns the buffers, which own the weights' memory.
+    std::vector<ggml_backend_buffer_t> place(ggml_backend_dev_t dev);
+
+    ggml_context * meta() const { return meta_; }
+
+private:
+    int64_t key_id(const char * key, enum gguf_type want) const;
+
+    std::string path_;
+    uint64_t file_size_ = 0;
+    gguf_context * gguf_ = nullptr;
+    ggml_context * meta_ = nullptr;
+    std::set<std::string> requested_;
+    std::unique_ptr<MappedFile> map_;
+};
+
+std::string shape_str(const int64_t * ne, int n);
+
+}  // namespace qtts

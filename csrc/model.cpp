@@ -1,0 +1,406 @@
+#include "model.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "error.h"
+#include "loader.h"
+#include "names.h"
+
+namespace qtts {
+
+namespace {
+
+std::string key(const char * pattern, const char * prefix) { return format(pattern, prefix); }
+
+TransformerHParams read_transformer(const GgufFile & f, const char * prefix, bool has_context) {
+    TransformerHParams hp;
+    hp.n_embd = static_cast<int>(f.u32(key(kv::T_EMBEDDING_LENGTH, prefix).c_str()));
+    hp.n_ff = static_cast<int>(f.u32(key(kv::T_FEED_FORWARD_LENGTH, prefix).c_str()));
+    hp.n_layer = static_cast<int>(f.u32(key(kv::T_BLOCK_COUNT, prefix).c_str()));
+    hp.n_head = static_cast<int>(f.u32(key(kv::T_HEAD_COUNT, prefix).c_str()));
+    hp.n_head_kv = static_cast<int>(f.u32(key(kv::T_HEAD_COUNT_KV, prefix).c_str()));
+    hp.head_dim = static_cast<int>(f.u32(key(kv::T_KEY_LENGTH, prefix).c_str()));
+    hp.eps = f.f32(key(kv::T_NORM_EPS, prefix).c_str());
+    hp.rope_base = f.f32(key(kv::T_ROPE_FREQ_BASE, prefix).c_str());
+    if (has_context) hp.n_ctx = static_cast<int>(f.u32(key(kv::T_CONTEXT_LENGTH, prefix).c_str()));
+    if (hp.n_embd <= 0 || hp.n_ff <= 0 || hp.n_layer <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 ||
+        hp.head_dim <= 0 || hp.n_head % hp.n_head_kv != 0 || hp.head_dim % 2 != 0) {
+        fail("%s: inconsistent transformer hyper-parameters under '%s'", f.path().c_str(), prefix);
+    }
+    return hp;
+}
+
+std::vector<int> positive_ints(const GgufFile & f, const char * k) {
+    std::vector<int32_t> v = f.i32_array(k);
+    for (int32_t x : v) {
+        if (x <= 0) fail("%s: metadata key '%s' must hold positive integers", f.path().c_str(), k);
+    }
+    return std::vector<int>(v.begin(), v.end());
+}
+
+// Transformer layer weights. Variants: q/k norms (talker, predictor), LayerScale (codec),
+// LayerNorm with bias and a plain GELU MLP (codec encoder).
+enum class LayerStyle { QWEN3, CODEC_DECODER, MIMI };
+
+std::vector<LayerWeights> load_layers(GgufFile & f, const char * net, const TransformerHParams & hp,
+                                      LayerStyle style, WeightKind matmul) {
+    std::vector<LayerWeights> layers(hp.n_layer);
+    const int64_t d = hp.n_embd, q = int64_t(hp.n_head) * hp.head_dim, kv = int64_t(hp.n_head_kv) * hp.head_dim;
+    for (int i = 0; i < hp.n_layer; ++i) {
+        auto n = [&](const char * pat) { return format(pat, net, i); };
+        LayerWeights & l = layers[i];
+        l.attn_norm = f.tensor(n(tn::L_ATTN_NORM), {d}, WeightKind::F32);
+        l.wq = f.tensor(n(tn::L_ATTN_Q), {d, q}, matmul);
+        l.wk = f.tensor(n(tn::L_ATTN_K), {d, kv}, matmul);
+        l.wv = f.tensor(n(tn::L_ATTN_V), {d, kv}, matmul);
+        l.wo = f.tensor(n(tn::L_ATTN_OUT), {q, d}, matmul);
+        l.ffn_norm = f.tensor(n(tn::L_FFN_NORM), {d}, WeightKind::F32);
+        l.ffn_up = f.tensor(n(tn::L_FFN_UP), {d, hp.n_ff}, matmul);
+        l.ffn_down = f.tensor(n(tn::L_FFN_DOWN), {hp.n_ff, d}, matmul);
+        if (style == LayerStyle::QWEN3) {
+            l.q_norm = f.tensor(n(tn::L_ATTN_Q_NORM), {hp.head_dim}, WeightKind::F32);
+            l.k_norm = f.tensor(n(tn::L_ATTN_K_NORM), {hp.head_dim}, WeightKind::F32);
+        } else {
+            l.attn_scale = f.tensor(n(tn::L_ATTN_SCALE), {d}, WeightKind::F32);
+            l.ffn_scale = f.tensor(n(tn::L_FFN_SCALE), {d}, WeightKind::F32);
+        }
+        if (style == LayerStyle::MIMI) {
+            l.attn_norm_b = f.tensor(n(tn::L_ATTN_NORM_B), {d}, WeightKind::F32);
+            l.ffn_norm_b = f.tensor(n(tn::L_FFN_NORM_B), {d}, WeightKind::F32);
+        } else {
+            l.ffn_gate = f.tensor(n(tn::L_FFN_GATE), {d, hp.n_ff}, matmul);
+        }
+    }
+    return layers;
+}
+
+void load_talker(GgufFile & f, TalkerWeights & t) {
+    t.hp = read_transformer(f, kv::P_TALKER, true);
+    t.text_vocab = static_cast<int>(f.u32(kv::TALKER_TEXT_VOCAB_SIZE));
+    t.text_embd = static_cast<int>(f.u32(kv::TALKER_TEXT_EMBEDDING_LENGTH));
+    t.codec_vocab = static_cast<int>(f.u32(kv::TALKER_CODEC_VOCAB_SIZE));
+    t.n_code_groups = static_cast<int>(f.u32(kv::TALKER_NUM_CODE_GROUPS));
+    t.mrope_section = positive_ints(f, kv::TALKER_MROPE_SECTION);
+    if (t.n_code_groups < 2) fail("%s: num_code_groups must be at least 2", f.path().c_str());
+    const int64_t d = t.hp.n_embd, te = t.text_embd;
+    t.text_tok = f.tensor(tn::TALKER_TEXT_EMBD, {te, t.text_vocab}, WeightKind::TABLE);
+    t.fc1 = f.tensor(tn::TALKER_TEXT_FC1, {te, te}, WeightKind::MATMUL);
+    t.fc1_b = f.tensor(tn::TALKER_TEXT_FC1_B, {te}, WeightKind::F32);
+    t.fc2 = f.tensor(tn::TALKER_TEXT_FC2, {te, d}, WeightKind::MATMUL);
+    t.fc2_b = f.tensor(tn::TALKER_TEXT_FC2_B, {d}, WeightKind::F32);
+    t.codec_embd = f.tensor(tn::TALKER_CODEC_EMBD, {d, t.codec_vocab}, WeightKind::TABLE);
+    t.output_norm = f.tensor(tn::TALKER_OUTPUT_NORM, {d}, WeightKind::F32);
+    t.codec_head = f.tensor(tn::TALKER_CODEC_HEAD, {d, t.codec_vocab}, WeightKind::MATMUL);
+    t.layers = load_layers(f, tn::TALKER, t.hp, LayerStyle::QWEN3, WeightKind::MATMUL);
+}
+
+void load_code_predictor(GgufFile & f, const TalkerWeights & t, CodePredictorWeights & c) {
+    c.hp = read_transformer(f, kv::P_CODE_PRED, true);
+    c.vocab = static_cast<int>(f.u32(kv::CODE_PRED_VOCAB_SIZE));
+    const int64_t d = t.hp.n_embd, dc = c.hp.n_embd;
+    c.layers = load_layers(f, tn::CODE_PRED, c.hp, LayerStyle::QWEN3, WeightKind::MATMUL);
+    c.output_norm = f.tensor(tn::CODE_PRED_OUTPUT_NORM, {dc}, WeightKind::F32);
+    for (int j = 0; j + 1 < t.n_code_groups; ++j) {
+        c.codec_embd.push_back(f.tensor(format(tn::CODE_PRED_CODEC_EMBD, j), {d, c.vocab}, WeightKind::TABLE));
+        c.lm_head.push_back(f.tensor(format(tn::CODE_PRED_LM_HEAD, j), {dc, c.vocab}, WeightKind::MATMUL));
+    }
+    // 0.6B predictors are as wide as the talker (identity projection, no tensors)
+    const bool proj = d != dc;
+    c.mtp_proj = f.tensor(tn::CODE_PRED_MTP_PROJ, {d, dc}, WeightKind::MATMUL, proj);
+    c.mtp_proj_b = f.tensor(tn::CODE_PRED_MTP_PROJ_B, {dc}, WeightKind::F32, proj);
+}
+
+void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoderWeights & s) {
+    s.embd = static_cast<int>(f.u32(kv::SPK_EMBEDDING_LENGTH));
+    s.mel_dim = static_cast<int>(f.u32(kv::SPK_MEL_DIM));
+    s.channels = positive_ints(f, kv::SPK_CHANNELS);
+    s.kernel_sizes = positive_ints(f, kv::SPK_KERNEL_SIZES);
+    s.dilations = positive_ints(f, kv::SPK_DILATIONS);
+    s.attn_channels = static_cast<int>(f.u32(kv::SPK_ATTENTION_CHANNELS));
+    s.res2net_scale = static_cast<int>(f.u32(kv::SPK_RES2NET_SCALE));
+    s.se_channels = static_cast<int>(f.u32(kv::SPK_SE_CHANNELS));
+    s.sample_rate = static_cast<int>(f.u32(kv::SPK_SAMPLE_RATE));
+    const auto & c = s.channels;
+    if (c.size() != 5 || s.kernel_sizes.size() != 5 || s.dilations.size() != 5 || s.res2net_scale < 2 ||
+        c[4] != c[1] + c[2] + c[3] || s.embd != talker_width) {
+        fail("%s: inconsistent speaker encoder hyper-parameters", f.path().c_str());
+    }
+    const int64_t mel = s.mel_dim, ks0 = s.kernel_sizes[0];
+    s.conv0 = f.tensor(tn::SPK_CONV0, {ks0, mel, c[0]}, WeightKind::F32);
+    s.conv0_b = f.tensor(tn::SPK_CONV0_B, {c[0]}, WeightKind::F32);
+    for (int b = 1; b <= 3; ++b) {
+        if (c[b] % s.res2net_scale != 0) fail("%s: speaker encoder channels not divisible by scale", f.path().c_str());
+        SpeakerEncoderWeights::Block blk;
+        const int64_t in = c[b - 1], out = c[b], sub = c[b] / s.res2net_scale, k = s.kernel_sizes[b];
+        blk.tdnn1 = f.tensor(format(tn::SPK_TDNN1, b), {in, out}, WeightKind::F32);
+        blk.tdnn1_b = f.tensor(format(tn::SPK_TDNN1_B, b), {out}, WeightKind::F32);
+        for (int r = 0; r + 1 < s.res2net_scale; ++r) {
+            blk.res2net.push_back(f.tensor(format(tn::SPK_RES2NET, b, r), {k, sub, sub}, WeightKind::F32));
+            blk.res2net_b.push_back(f.tensor(format(tn::SPK_RES2NET_B, b, r), {sub}, WeightKind::F32));
+        }
+        blk.tdnn2 = f.tensor(format(tn::SPK_TDNN2, b), {out, out}, WeightKind::F32);
+        blk.tdnn2_b = f.tensor(format(tn::SPK_TDNN2_B, b), {out}, WeightKind::F32);
+        blk.se1 = f.tensor(format(tn::SPK_SE1, b), {out, s.se_channels}, WeightKind::F32);
+        blk.se1_b = f.tensor(format(tn::SPK_SE1_B, b), {s.se_channels}, WeightKind::F32);
+        blk.se2 = f.tensor(format(tn::SPK_SE2, b), {s.se_channels, out}, WeightKind::F32);
+        blk.se2_b = f.tensor(format(tn::SPK_SE2_B, b), {out}, WeightKind::F32);
+        s.blocks.push_back(std::move(blk));
+    }
+    const int64_t cm = c[4];
+    s.mfa = f.tensor(tn::SPK_MFA, {cm, cm}, WeightKind::F32);
+    s.mfa_b = f.tensor(tn::SPK_MFA_B, {cm}, WeightKind::F32);
+    s.asp_tdnn = f.tensor(tn::SPK_ASP_TDNN, {3 * cm, s.attn_channels}, WeightKind::F32);
+    s.asp_tdnn_b = f.tensor(tn::SPK_ASP_TDNN_B, {s.attn_channels}, WeightKind::F32);
+    s.asp_conv = f.tensor(tn::SPK_ASP_CONV, {s.attn_channels, cm}, WeightKind::F32);
+    s.asp_conv_b = f.tensor(tn::SPK_ASP_CONV_B, {cm}, WeightKind::F32);
+    s.fc = f.tensor(tn::SPK_FC, {2 * cm, s.embd}, WeightKind::F32);
+    s.fc_b = f.tensor(tn::SPK_FC_B, {s.embd}, WeightKind::F32);
+}
+
+Snake load_snake(GgufFile & f, const std::string & a, const std::string & b, int64_t ch) {
+    return {f.tensor(a, {ch}, WeightKind::F32), f.tensor(b, {ch}, WeightKind::F32)};
+}
+
+void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
+    c.hp = read_transformer(f, kv::P_CODEC_DEC, false);
+    c.codebook_size = static_cast<int>(f.u32(kv::DEC_CODEBOOK_SIZE));
+    c.codebook_dim = static_cast<int>(f.u32(kv::DEC_CODEBOOK_DIM));
+    c.latent_dim = static_cast<int>(f.u32(kv::DEC_LATENT_DIM));
+    c.decoder_dim = static_cast<int>(f.u32(kv::DEC_DECODER_DIM));
+    c.n_quantizers = static_cast<int>(f.u32(kv::DEC_NUM_QUANTIZERS));
+    c.sliding_window = static_cast<int>(f.u32(kv::DEC_SLIDING_WINDOW));
+    c.sample_rate = static_cast<int>(f.u32(kv::DEC_SAMPLE_RATE));
+    c.hop_length = static_cast<int>(f.u32(kv::DEC_HOP_LENGTH));
+    c.upsample_rates = positive_ints(f, kv::DEC_UPSAMPLE_RATES);
+    c.upsampling_ratios = positive_ints(f, kv::DEC_UPSAMPLING_RATIOS);
+    int hop = 1;
+    for (int r : c.upsample_rates) hop *= r;
+    for (int r : c.upsampling_ratios) hop *= r;
+    const int n_voc = static_cast<int>(c.upsample_rates.size());
+    if (c.codebook_dim % 2 != 0 || c.n_quantizers < 2 || hop != c.hop_length ||
+        c.decoder_dim % (1 << n_voc) != 0) {
+        fail("%s: inconsistent codec decoder hyper-parameters", f.path().c_str());
+    }
+    const int64_t half = c.codebook_dim / 2, cd = c.codebook_dim, lat = c.latent_dim, h = c.hp.n_embd;
+    for (int g = 0; g < c.n_quantizers; ++g) {
+        c.codebooks.push_back(f.tensor(format(tn::DEC_CODEBOOK, g), {half, c.codebook_size}, WeightKind::F32));
+    }
+    c.rvq_first_out = f.tensor(tn::DEC_RVQ_FIRST_OUT, {half, cd}, WeightKind::F32);
+    c.rvq_rest_out = f.tensor(tn::DEC_RVQ_REST_OUT, {half, cd}, WeightKind::F32);
+    c.pre_conv = f.tensor(tn::DEC_PRE_CONV, {3, cd, lat}, WeightKind::F32);
+    c.pre_conv_b = f.tensor(tn::DEC_PRE_CONV_B, {lat}, WeightKind::F32);
+    c.tfm_in = f.tensor(tn::DEC_TFM_IN, {lat, h}, WeightKind::F32);
+    c.tfm_in_b = f.tensor(tn::DEC_TFM_IN_B, {h}, WeightKind::F32);
+    c.tfm_norm = f.tensor(tn::DEC_TFM_NORM, {h}, WeightKind::F32);
+    c.tfm_out = f.tensor(tn::DEC_TFM_OUT, {h, lat}, WeightKind::F32);
+    c.tfm_out_b = f.tensor(tn::DEC_TFM_OUT_B, {lat}, WeightKind::F32);
+    c.layers = load_layers(f, tn::CODEC_DEC, c.hp, LayerStyle::CODEC_DECODER, WeightKind::F32);
+    for (size_t i = 0; i < c.upsampling_ratios.size(); ++i) {
+        const int u = static_cast<int>(i);
+        CodecDecoderWeights::Upsample up;
+        up.conv = f.tensor(format(tn::DEC_UP_CONV, u), {c.upsampling_ratios[i], lat, lat}, WeightKind::F32);
+        up.conv_b = f.tensor(format(tn::DEC_UP_CONV_B, u), {lat}, WeightKind::F32);
+        up.dwconv = f.tensor(format(tn::DEC_UP_DWCONV, u), {7, lat}, WeightKind::F32);
+        up.dwconv_b = f.tensor(format(tn::DEC_UP_DWCONV_B, u), {lat}, WeightKind::F32);
+        up.norm = f.tensor(format(tn::DEC_UP_NORM, u), {lat}, WeightKind::F32);
+        up.norm_b = f.tensor(format(tn::DEC_UP_NORM_B, u), {lat}, WeightKind::F32);
+        up.pw1 = f.tensor(format(tn::DEC_UP_PW1, u), {lat, 4 * lat}, WeightKind::F32);
+        up.pw1_b = f.tensor(format(tn::DEC_UP_PW1_B, u), {4 * lat}, WeightKind::F32);
+        up.pw2 = f.tensor(format(tn::DEC_UP_PW2, u), {4 * lat, lat}, WeightKind::F32);
+        up.pw2_b = f.tensor(format(tn::DEC_UP_PW2_B, u), {lat}, WeightKind::F32);
+        up.gamma = f.tensor(format(tn::DEC_UP_GAMMA, u), {lat}, WeightKind::F32);
+        c.upsample.push_back(up);
+    }
+    const int64_t dd = c.decoder_dim;
+    c.voc_in = f.tensor(tn::DEC_VOC_IN, {7, lat, dd}, WeightKind::F32);
+    c.voc_in_b = f.tensor(tn::DEC_VOC_IN_B, {dd}, WeightKind::F32);
+    for (int b = 0; b < n_voc; ++b) {
+        const int64_t in = dd >> b, out = dd >> (b + 1), r = c.upsample_rates[b];
+        CodecDecoderWeights::VocBlock blk;
+        blk.snake = load_snake(f, format(tn::DEC_VOC_SNAKE_A, b), format(tn::DEC_VOC_SNAKE_B, b), in);
+        blk.up = f.tensor(format(tn::DEC_VOC_UP, b), {2 * r, out, in}, WeightKind::F32);
+        blk.up_b = f.tensor(format(tn::DEC_VOC_UP_B, b), {out}, WeightKind::F32);
+        for (int j = 0; j < 3; ++j) {
+            CodecDecoderWeights::Residual res;
+            res.snake1 = load_snake(f, format(tn::DEC_RES_SNAKE1_A, b, j), format(tn::DEC_RES_SNAKE1_B, b, j), out);
+            res.conv1 = f.tensor(format(tn::DEC_RES_CONV1, b, j), {7, out, out}, WeightKind::F32);
+            res.conv1_b = f.tensor(format(tn::DEC_RES_CONV1_B, b, j), {out}, WeightKind::F32);
+            res.snake2 = load_snake(f, format(tn::DEC_RES_SNAKE2_A, b, j), format(tn::DEC_RES_SNAKE2_B, b, j), out);
+            res.conv2 = f.tensor(format(tn::DEC_RES_CONV2, b, j), {out, out}, WeightKind::F32);
+            res.conv2_b = f.tensor(format(tn::DEC_RES_CONV2_B, b, j), {out}, WeightKind::F32);
+            blk.res.push_back(res);
+        }
+        c.voc.push_back(std::move(blk));
+    }
+    const int64_t last = dd >> n_voc;
+    c.out_snake = load_snake(f, tn::DEC_OUT_SNAKE_A, tn::DEC_OUT_SNAKE_B, last);
+    c.out_conv = f.tensor(tn::DEC_OUT_CONV, {7, last, 1}, WeightKind::F32);
+    c.out_conv_b = f.tensor(tn::DEC_OUT_CONV_B, {1}, WeightKind::F32);
+}
+
+void load_codec_encoder(GgufFile & f, CodecEncoderWeights & e) {
+    e.hp = read_transformer(f, kv::P_CODEC_ENC, false);
+    e.n_filters = static_cast<int>(f.u32(kv::ENC_NUM_FILTERS));
+    e.kernel_size = static_cast<int>(f.u32(kv::ENC_KERNEL_SIZE));
+    e.last_kernel_size = static_cast<int>(f.u32(kv::ENC_LAST_KERNEL_SIZE));
+    e.residual_kernel_size = static_cast<int>(f.u32(kv::ENC_RESIDUAL_KERNEL_SIZE));
+    e.dilation_growth_rate = static_cast<int>(f.u32(kv::ENC_DILATION_GROWTH_RATE));
+    e.compress = static_cast<int>(f.u32(kv::ENC_COMPRESS));
+    e.codebook_size = static_cast<int>(f.u32(kv::ENC_CODEBOOK_SIZE));
+    e.codebook_dim = static_cast<int>(f.u32(kv::ENC_CODEBOOK_DIM));
+    e.n_quantizers = static_cast<int>(f.u32(kv::ENC_NUM_QUANTIZERS));
+    e.sample_rate = static_cast<int>(f.u32(kv::ENC_SAMPLE_RATE));
+    e.hop_length = static_cast<int>(f.u32(kv::ENC_HOP_LENGTH));
+    std::vector<int> ups = positive_ints(f, kv::ENC_UPSAMPLING_RATIOS);
+    e.ratios.assign(ups.rbegin(), ups.rend());
+    int prod = 1;
+    for (int r : e.ratios) prod *= r;
+    if (e.compress <= 0 || e.n_quantizers < 2 || prod <= 0 || e.hop_length % prod != 0) {
+        fail("%s: inconsistent codec encoder hyper-parameters", f.path().c_str());
+    }
+    const int down_stride = e.hop_length / prod;
+    // SEANet: conv, then per ratio [residual, ELU, strided conv], then ELU and the last conv.
+    int layer = 0;
+    int64_t ch = e.n_filters;
+    auto conv = [&](int64_t in, int64_t out, int k, int stride) {
+        CodecEncoderWeights::Conv c{layer, static_cast<int>(in), static_cast<int>(out), k, stride};
+        c.w = f.tensor(format(tn::ENC_CONV, layer), {k, in, out}, WeightKind::F32);
+        c.b = f.tensor(format(tn::ENC_CONV_B, layer), {out}, WeightKind::F32);
+        e.convs.push_back(c);
+        ++layer;
+    };
+    conv(1, ch, e.kernel_size, 1);
+    for (int r : e.ratios) {
+        CodecEncoderWeights::Residual res;
+        res.layer = layer;
+        const int64_t hidden = ch / e.compress;
+        res.conv1 = f.tensor(format(tn::ENC_RES_CONV1, layer), {e.residual_kernel_size, ch, hidden}, WeightKind::F32);
+        res.conv1_b = f.tensor(format(tn::ENC_RES_CONV1_B, layer), {hidden}, WeightKind::F32);
+        res.conv2 = f.tensor(format(tn::ENC_RES_CONV2, layer), {hidden, ch}, WeightKind::F32);
+        res.conv2_b = f.tensor(format(tn::ENC_RES_CONV2_B, layer), {ch}, WeightKind::F32);
+        e.res.push_back(res);
+        layer += 2;  // the residual block and the ELU after it
+        conv(ch, 2 * ch, 2 * r, r);
+        ch *= 2;
+    }
+    ++layer;  // ELU
+    const int64_t h = e.hp.n_embd;
+    conv(ch, h, e.last_kernel_size, 1);
+    e.layers = load_layers(f, tn::CODEC_ENC, e.hp, LayerStyle::MIMI, WeightKind::F32);
+    e.downsample = f.tensor(tn::ENC_DOWNSAMPLE, {2 * down_stride, h, h}, WeightKind::F32);
+    const int64_t cbd = e.codebook_dim;
+    e.sem_in = f.tensor(tn::ENC_SEM_IN, {h, cbd}, WeightKind::F32);
+    e.acu_in = f.tensor(tn::ENC_ACU_IN, {h, cbd}, WeightKind::F32);
+    e.sem_codebooks.push_back(f.tensor(format(tn::ENC_SEM_CODEBOOK, 0), {cbd, e.codebook_size}, WeightKind::F32));
+    for (int g = 0; g + 1 < e.n_quantizers; ++g) {
+        e.acu_codebooks.push_back(
+            f.tensor(format(tn::ENC_ACU_CODEBOOK, g), {cbd, e.codebook_size}, WeightKind::F32));
+    }
+}
+
+std::string lower(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    return s;
+}
+
+}  // namespace
+
+std::vector<std::string> device_names() {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) out.emplace_back(ggml_backend_dev_name(ggml_backend_dev_get(i)));
+    return out;
+}
+
+ggml_backend_dev_t select_device(const std::string & device) {
+    const std::string want = lower(device);
+    ggml_backend_dev_t cpu = nullptr;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t d = ggml_backend_dev_get(i);
+        enum ggml_backend_dev_type t = ggml_backend_dev_type(d);
+        if (t == GGML_BACKEND_DEVICE_TYPE_CPU && !cpu) cpu = d;
+        if (want == "auto" && (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU)) return d;
+        if (want != "auto" && want != "cpu" && lower(ggml_backend_dev_name(d)) == want) return d;
+    }
+    if ((want == "auto" || want == "cpu") && cpu) return cpu;
+    std::string names;
+    for (const std::string & n : device_names()) names += (names.empty() ? "" : ", ") + n;
+    fail("unknown device '%s'; available: auto, cpu, %s", device.c_str(), names.c_str());
+}
+
+Model::Model(const std::string & path_, const std::string & device_name) : path(path_) {
+    install_ggml_log();
+    file_ = std::make_unique<GgufFile>(path);
+    GgufFile & f = *file_;
+    file_size = f.file_size();
+    const uint32_t version = f.u32(kv::FORMAT_VERSION);
+    if (version != 1) {
+        fail("%s: format version %u is not supported by this qtts (expected 1); re-convert the checkpoint",
+             path.c_str(), version);
+    }
+    name = f.has(kv::MODEL_NAME) ? f.str(kv::MODEL_NAME) : "";
+    variant = f.str(kv::VARIANT);
+    size = f.str(kv::SIZE);
+    if (variant != "base" && variant != "custom_voice" && variant != "voice_design") {
+        fail("%s: unknown variant '%s'", path.c_str(), variant.c_str());
+    }
+    text_ids = {static_cast<int>(f.u32(kv::TEXT_IM_START_ID)), static_cast<int>(f.u32(kv::TEXT_IM_END_ID)),
+                static_cast<int>(f.u32(kv::TEXT_PAD_ID)), static_cast<int>(f.u32(kv::TEXT_BOS_ID)),
+                static_cast<int>(f.u32(kv::TEXT_EOS_ID))};
+    codec_ids = {static_cast<int>(f.u32(kv::CODEC_PAD_ID)), static_cast<int>(f.u32(kv::CODEC_BOS_ID)),
+                 static_cast<int>(f.u32(kv::CODEC_EOS_ID)), static_cast<int>(f.u32(kv::CODEC_THINK_ID)),
+                 static_cast<int>(f.u32(kv::CODEC_NOTHINK_ID)), static_cast<int>(f.u32(kv::CODEC_THINK_BOS_ID)),
+                 static_cast<int>(f.u32(kv::CODEC_THINK_EOS_ID))};
+    gen.do_sample = f.boolean(kv::GEN_DO_SAMPLE);
+    gen.temperature = f.f32(kv::GEN_TEMPERATURE);
+    gen.top_k = static_cast<int>(f.u32(kv::GEN_TOP_K));
+    gen.top_p = f.f32(kv::GEN_TOP_P);
+    gen.repetition_penalty = f.f32(kv::GEN_REPETITION_PENALTY);
+    gen.sub_do_sample = f.boolean(kv::GEN_SUB_DO_SAMPLE);
+    gen.sub_temperature = f.f32(kv::GEN_SUB_TEMPERATURE);
+    gen.sub_top_k = static_cast<int>(f.u32(kv::GEN_SUB_TOP_K));
+    gen.sub_top_p = f.f32(kv::GEN_SUB_TOP_P);
+    gen.max_new_tokens = static_cast<int>(f.u32(kv::GEN_MAX_NEW_TOKENS));
+
+    std::vector<std::string> lang_names = f.str_array(kv::LANGUAGE_NAMES);
+    std::vector<int32_t> lang_ids = f.i32_array(kv::LANGUAGE_IDS);
+    if (lang_names.size() != lang_ids.size()) fail("%s: language names and ids differ in length", path.c_str());
+    for (size_t i = 0; i < lang_names.size(); ++i) languages[lang_names[i]] = lang_ids[i];
+    if (f.has(kv::SPEAKER_NAMES)) {
+        std::vector<std::string> names = f.str_array(kv::SPEAKER_NAMES), dialects = f.str_array(kv::SPEAKER_DIALECTS);
+        std::vector<int32_t> ids = f.i32_array(kv::SPEAKER_IDS);
+        if (names.size() != ids.size() || names.size() != dialects.size()) {
+            fail("%s: speaker names, ids and dialects differ in length", path.c_str());
+        }
+        for (size_t i = 0; i < names.size(); ++i) speakers.push_back({names[i], dialects[i], ids[i]});
+    }
+
+    load_talker(f, talker);
+    load_code_predictor(f, talker, code_pred);
+    if (variant == "base") {
+        speaker_encoder = std::make_unique<SpeakerEncoderWeights>();
+        load_speaker_encoder(f, talker.hp.n_embd, *speaker_encoder);
+    }
+    load_codec_decoder(f, codec_decoder);
+    load_codec_encoder(f, codec_encoder);
+    for (const auto & kvp : languages) {
+        if (kvp.second < 0 || kvp.second >= talker.codec_vocab) fail("%s: language id out of range", path.c_str());
+    }
+    for (const Speaker & s : speakers) {
+        if (s.id < 0 || s.id >= talker.codec_vocab) fail("%s: speaker id out of range", path.c_str());
+    }
+    f.check_complete();
+
+    device = select_device(device_name);
+    buffers_ = f.place(device);
+    for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);
+    const std::string dev = ggml_backend_dev_name(device);
+    for (const char * c : {"talker", "code_predictor", "codec_decoder", "codec_encoder"}) component_devices[c] = dev;
+    if (speaker_encoder) component_devices["speaker_encoder"] = dev;
+}
+
+Model::~Model() {
+    for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_free(b);
+}
+
+}  // namespace qtts

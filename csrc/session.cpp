@@ -1,0 +1,90 @@
+#include "session.h"
+
+#include <cstring>
+
+#include "error.h"
+#include "graph.h"
+
+namespace qtts {
+
+static constexpr size_t kMaxNodes = 8192;
+
+static void set_cpu_threads(ggml_backend_t cpu, int n_threads, ggml_threadpool_t * tp) {
+    ggml_backend_cpu_set_n_threads(cpu, n_threads);
+    // Without a persistent pool (the wheel has no OpenMP) every graph spawns and joins threads.
+    ggml_threadpool_params p = ggml_threadpool_params_default(n_threads);
+    *tp = ggml_threadpool_new(&p);
+    if (!*tp) fail("could not create a threadpool of %d threads", n_threads);
+    ggml_backend_cpu_set_threadpool(cpu, *tp);
+}
+
+Session::Session(std::shared_ptr<const Model> model, int n_threads) : model_(std::move(model)), n_threads_(n_threads) {
+    if (n_threads < 1) fail("n_threads must be at least 1, got %d", n_threads);
+    backend_ = ggml_backend_dev_init(model_->device, nullptr);
+    if (!backend_) fail("could not initialise device %s", ggml_backend_dev_name(model_->device));
+    std::vector<ggml_backend_t> backends = {backend_};
+    if (ggml_backend_is_cpu(backend_)) {
+        cpu_ = backend_;
+    } else {
+        cpu_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+        if (!cpu_) fail("could not initialise the CPU backend");
+        backends.push_back(cpu_);
+    }
+    set_cpu_threads(cpu_, n_threads_, &threadpool_);
+    sched_ = ggml_backend_sched_new(backends.data(), nullptr, static_cast<int>(backends.size()), kMaxNodes,
+                                    /*parallel=*/false, /*op_offload=*/true);
+    if (!sched_) fail("could not create the backend scheduler");
+    graph_meta_.resize(ggml_tensor_overhead() * kMaxNodes + ggml_graph_overhead_custom(kMaxNodes, false));
+}
+
+Session::~Session() {
+    if (graph_ctx_) ggml_free(graph_ctx_);
+    if (sched_) ggml_backend_sched_free(sched_);
+    if (cpu_ && cpu_ != backend_) ggml_backend_free(cpu_);
+    if (backend_) ggml_backend_free(backend_);
+    if (threadpool_) ggml_threadpool_free(threadpool_);
+}
+
+std::string Session::device() const { return ggml_backend_dev_name(model_->device); }
+
+ggml_cgraph * Session::run(const std::function<ggml_tensor *(ggml_context *)> & build,
+                           const std::function<void(ggml_cgraph *)> & set_inputs) {
+    if (graph_ctx_) ggml_free(graph_ctx_);
+    ggml_init_params ip = {graph_meta_.size(), graph_meta_.data(), /*no_alloc=*/true};
+    graph_ctx_ = ggml_init(ip);
+    ggml_cgraph * gf = ggml_new_graph_custom(graph_ctx_, kMaxNodes, false);
+    ggml_tensor * out = build(graph_ctx_);
+    ggml_set_output(out);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_sched_reset(sched_);
+    if (!ggml_backend_sched_alloc_graph(sched_, gf)) fail("could not allocate the compute graph");
+    set_inputs(gf);
+    if (ggml_backend_sched_graph_compute(sched_, gf) != GGML_STATUS_SUCCESS) fail("graph compute failed");
+    return gf;
+}
+
+std::vector<float> Session::text_embed(const std::vector<int32_t> & ids) {
+    const TalkerWeights & t = model_->talker;
+    if (ids.empty()) fail("text_embed: no token ids");
+    for (int32_t id : ids) {
+        if (id < 0 || id >= t.text_vocab) fail("text token id %d is outside the text vocabulary [0, %d)", id, t.text_vocab);
+    }
+    const int64_t n = static_cast<int64_t>(ids.size());
+    ggml_cgraph * gf = run(
+        [&](ggml_context * ctx) {
+            ggml_tensor * inp = named(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), "text_ids");
+            ggml_set_input(inp);
+            ggml_tensor * x = named(ggml_get_rows(ctx, t.text_tok, inp), "text_tok_embd");
+            x = named(ggml_silu(ctx, linear(ctx, x, t.fc1, t.fc1_b)), "text_proj_hidden");
+            return named(linear(ctx, x, t.fc2, t.fc2_b), "text_proj");
+        },
+        [&](ggml_cgraph * gf) {
+            ggml_backend_tensor_set(ggml_graph_get_tensor(gf, "text_ids"), ids.data(), 0, ids.size() * sizeof(int32_t));
+        });
+    ggml_tensor * out = ggml_graph_get_tensor(gf, "text_proj");
+    std::vector<float> result(static_cast<size_t>(ggml_nelements(out)));
+    ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
+    return result;
+}
+
+}  // namespace qtts

@@ -1,0 +1,77 @@
+"""Describe a qtts GGUF file: `qtts.inspect(path)` and `qtts-cli info`."""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._native import core
+from .gguf_meta import read_fields
+from .model import supported_languages
+from .names import KV
+
+
+@dataclass
+class ModelInfo:
+    path: str
+    name: str
+    architecture: str
+    variant: str
+    size: str
+    format_version: int
+    file_size: int
+    tensor_count: int
+    parameter_count: int
+    tensors_by_type: dict[str, int]
+    speakers: list[str]
+    languages: list[str]
+    generation_defaults: dict[str, Any]
+    hparams: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, ensure_ascii=False)
+
+    def format(self) -> str:
+        gb = self.file_size / 1e9
+        lines = [
+            f"file            {self.path} ({gb:.3f} GB)",
+            f"model           {self.name}: {self.architecture} {self.variant} {self.size} (format v{self.format_version})",
+            f"parameters      {self.parameter_count / 1e6:.1f} M in {self.tensor_count} tensors",
+            "tensor types    " + ", ".join(f"{t} {n}" for t, n in sorted(self.tensors_by_type.items())),
+            "languages       " + ", ".join(self.languages),
+            "speakers        " + (", ".join(self.speakers) if self.speakers else "-"),
+            "generation      " + ", ".join(f"{k}={_short(v)}" for k, v in self.generation_defaults.items()),
+        ]
+        for comp, hp in self.hparams.items():
+            keys = ("block_count", "embedding_length", "head_count", "head_count_kv", "feed_forward_length")
+            shown = ", ".join(f"{k}={hp[k]}" for k in keys if k in hp)
+            lines.append(f"{comp:<16}{shown}")
+        return "\n".join(lines)
+
+
+def _short(v: Any) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def inspect(path: str | os.PathLike[str]) -> ModelInfo:
+    """Validate a model file with the native loader and summarise it (nothing is computed)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such model file")
+    native = core.Model(str(p), "cpu")
+    reader, f = read_fields(p)
+    types = Counter(t.tensor_type.name for t in reader.tensors)
+    params = sum(int(t.n_elements) for t in reader.tensors)
+    gen_prefix = "qwen3-tts.generation."
+    return ModelInfo(
+        path=str(p), name=str(f.get(KV.MODEL_NAME, "")), architecture=str(f[KV.ARCHITECTURE]),
+        variant=str(native.variant), size=str(native.size), format_version=int(f[KV.FORMAT_VERSION]),
+        file_size=p.stat().st_size, tensor_count=len(reader.tensors), parameter_count=params,
+        tensors_by_type=dict(types), speakers=[s[0] for s in native.speakers],
+        languages=supported_languages(native.languages),
+        generation_defaults={k[len(gen_prefix):]: v for k, v in f.items() if k.startswith(gen_prefix)},
+        hparams=dict(native.hparams),
+    )

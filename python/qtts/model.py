@@ -1,0 +1,86 @@
+"""The loaded model: the native weights, the tokenizer and a compute session."""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ._native import core
+from .gguf_meta import read_tokenizer
+from .threads import resolve_threads
+from .tokenizer import Tokenizer
+
+
+class Model:
+    """A Qwen3-TTS model loaded from a qtts GGUF file (see `qtts-cli convert`)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto"):
+        self.path = Path(path)
+        _check_gguf_path(self.path)
+        self._native = core.Model(str(self.path), device)
+        self.tokenizer: Tokenizer = Tokenizer.from_data(read_tokenizer(self.path))
+        self.n_threads = resolve_threads(n_threads)
+        self._session = core.Session(self._native, self.n_threads)
+        self._lock = threading.Lock()
+
+    @property
+    def variant(self) -> str:
+        return str(self._native.variant)
+
+    @property
+    def size(self) -> str:
+        return str(self._native.size)
+
+    @property
+    def device(self) -> str:
+        return str(self._native.device)
+
+    @property
+    def devices(self) -> dict[str, str]:
+        """The device each network's weights live on."""
+        return dict(self._native.component_devices)
+
+    @property
+    def speakers(self) -> list[str]:
+        return [name for name, _, _ in self._native.speakers]
+
+    @property
+    def languages(self) -> list[str]:
+        return supported_languages(self._native.languages)
+
+    @property
+    def generation_defaults(self) -> dict[str, float | int | bool]:
+        return dict(self._native.generation_defaults)
+
+    @property
+    def hparams(self) -> dict[str, dict]:
+        return dict(self._native.hparams)
+
+    def text_embedding(self, ids: list[int] | np.ndarray) -> np.ndarray:
+        """The talker's projected text embedding P(ids), shape [len(ids), hidden]."""
+        with self._lock:
+            return self._session.text_embed([int(i) for i in ids])
+
+    def __repr__(self) -> str:
+        return f"qtts.Model({str(self.path)!r}, variant={self.variant!r}, size={self.size!r}, device={self.device!r})"
+
+
+def supported_languages(table: dict[str, int]) -> list[str]:
+    """Languages a user may ask for, as the reference lists them: dialect ids are reached only
+    through a dialect speaker (spec G13)."""
+    return ["auto", *sorted(name for name in table if "dialect" not in name)]
+
+
+def _check_gguf_path(path: Path) -> None:
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory: convert a Hugging Face checkpoint first with "
+                         f"`qtts-cli convert {path} -o model.gguf`")
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such model file")
+
+
+def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto") -> Model:
+    """Load a qtts GGUF model. n_threads defaults to the physical cores available."""
+    return Model(model, n_threads=n_threads, device=device)
