@@ -1,0 +1,57 @@
+"""The released Qwen3-TTS 12 Hz checkpoints, and fetching + converting them.
+
+Downloads go to the standard Hugging Face cache (huggingface_hub, the optional `hub` extra),
+so HF_HOME, HF_HUB_OFFLINE and tokens work as users expect.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Release:
+    repo_id: str
+    variant: str
+    size: str
+
+
+MODELS: dict[str, Release] = {r.repo_id: r for r in (
+    Release("Qwen/Qwen3-TTS-12Hz-0.6B-Base", "base", "0.6B"),
+    Release("Qwen/Qwen3-TTS-12Hz-1.7B-Base", "base", "1.7B"),
+    Release("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "custom_voice", "0.6B"),
+    Release("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", "custom_voice", "1.7B"),
+    Release("Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign", "voice_design", "1.7B"),
+)}
+
+# Only what the converter reads; the repositories also hold ModelScope metadata.
+_PATTERNS = ["config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+             "model-*.safetensors", "vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json",
+             "speech_tokenizer/config.json", "speech_tokenizer/preprocessor_config.json",
+             "speech_tokenizer/model.safetensors"]
+
+
+def download(repo_id: str, *, revision: str | None = None) -> Path:
+    """The checkpoint directory in the Hugging Face cache (downloaded unless offline)."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ImportError('downloading needs huggingface_hub: pip install "qtts[hub]"') from None
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    return Path(snapshot_download(repo_id, revision=revision, allow_patterns=_PATTERNS, local_files_only=offline))
+
+
+def fetch(repo_id: str, out_dir: str | os.PathLike[str], out_type: str = "q8_0", *,
+          revision: str | None = None) -> Path:
+    """Download (or find in the cache) a checkpoint and convert it to `<out_dir>/<name>-<type>.gguf`;
+    an existing output is reused."""
+    from .convert import convert
+
+    if repo_id not in MODELS and not Path(repo_id).is_dir():
+        known = ", ".join(MODELS)
+        raise ValueError(f"{repo_id!r} is not a released Qwen3-TTS 12 Hz checkpoint; known: {known}")
+    out = Path(out_dir) / f"{repo_id.rsplit('/', 1)[-1]}-{out_type}.gguf"
+    if out.exists():
+        return out
+    return convert(download(repo_id, revision=revision), out, out_type, name=repo_id)

@@ -1,0 +1,207 @@
+"""The converter against the tiny reference checkpoints: every tensor, every key, every type."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+from gguf import GGUFReader, quants
+from safetensors.numpy import load_file
+
+from qtts.convert import convert
+from qtts.gguf_meta import read_fields
+from qtts.names import KV
+from tests.fixtures.build import MODEL_NAMES
+
+# Checkpoint tensors the 12 Hz inference never reads (documented in qtts/convert.py).
+DROPPED = re.compile(r"decoder\.quantizer\.rvq_(first|rest)\.input_proj\.weight"
+                     r"|encoder\.quantizer\.\w+\.output_proj\.weight"
+                     r"|encoder\.quantizer\.\w+\.layers\.\d+\.codebook\.initialized"
+                     r"|encoder\.quantizer\.acoustic_residual_vector_quantizer\.layers\.(1[5-9]|[23]\d)\..*")
+
+
+def _checkpoint(root: Path) -> dict[str, np.ndarray]:
+    return {**load_file(root / "model.safetensors"), **load_file(root / "speech_tokenizer" / "model.safetensors")}
+
+
+def _gguf_tensors(path: Path) -> dict[str, np.ndarray]:
+    out = {}
+    for t in GGUFReader(str(path)).tensors:
+        data = np.array(t.data)
+        if t.tensor_type != QT.F32:
+            data = quants.dequantize(data, t.tensor_type)
+        out[t.name] = data.reshape([int(x) for x in reversed(t.shape)])
+    return out
+
+
+def _expected(ck: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The GGUF content each checkpoint tensor should become, written out independently of the
+    converter's rule tables for the irregular parts (codebooks, SnakeBeta, squeezed convs)."""
+    exp: dict[str, np.ndarray] = {}
+    for name, v in ck.items():
+        if DROPPED.fullmatch(name):
+            continue
+        m = re.fullmatch(r"(.*)\.(embedding_sum|embed_sum)", name)
+        if m:
+            exp[name] = v / np.maximum(ck[m.group(1) + ".cluster_usage"], 1e-5)[:, None]
+        elif name.endswith("cluster_usage"):
+            continue
+        elif re.search(r"\.(alpha)$", name):
+            exp[name] = np.exp(v)
+        elif re.search(r"\.(beta)$", name):
+            exp[name] = 1.0 / (np.exp(v) + 1e-9)
+        elif v.ndim == 3 and v.shape[-1] == 1:
+            exp[name] = v[..., 0]
+        elif "dwconv" in name and v.ndim == 3:
+            exp[name] = v[:, 0, :]
+        else:
+            exp[name] = v
+    return exp
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_every_tensor_matches_checkpoint(name: str, fixture_root: Path, gguf_dir: Path) -> None:
+    got = _gguf_tensors(gguf_dir / f"{name}-f32.gguf")
+    exp = _expected(_checkpoint(fixture_root / name))
+    assert len(got) == len(exp)
+    unmatched = dict(got)
+    for src, value in exp.items():
+        # find the GGUF tensor holding exactly this value (names are checked separately below)
+        hits = [g for g, arr in unmatched.items() if arr.shape == value.shape and np.array_equal(arr, value)]
+        if not hits:
+            close = [g for g, arr in unmatched.items()
+                     if arr.shape == value.shape and np.allclose(arr, value, rtol=1e-6, atol=0)]
+            assert close, f"no GGUF tensor equals checkpoint tensor {src}"
+            hits = close
+        del unmatched[hits[0]]
+    assert not unmatched
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_named_spot_checks(name: str, fixture_root: Path, gguf_dir: Path) -> None:
+    got = _gguf_tensors(gguf_dir / f"{name}-f32.gguf")
+    ck = _checkpoint(fixture_root / name)
+    pairs = {
+        "talker.text_embd.weight": "talker.model.text_embedding.weight",
+        "talker.blk.1.attn_q.weight": "talker.model.layers.1.self_attn.q_proj.weight",
+        "talker.blk.0.attn_k_norm.weight": "talker.model.layers.0.self_attn.k_norm.weight",
+        "talker.blk.1.ffn_down.weight": "talker.model.layers.1.mlp.down_proj.weight",
+        "talker.codec_head.weight": "talker.codec_head.weight",
+        "code_pred.blk.1.ffn_gate.weight": "talker.code_predictor.model.layers.1.mlp.gate_proj.weight",
+        "code_pred.codec_embd.14.weight": "talker.code_predictor.model.codec_embedding.14.weight",
+        "code_pred.lm_head.7.weight": "talker.code_predictor.lm_head.7.weight",
+        "codec_dec.pre_tfm.blk.1.attn_scale": "decoder.pre_transformer.layers.1.self_attn_layer_scale.scale",
+        "codec_dec.voc.blk.3.up.weight": "decoder.decoder.4.block.1.conv.weight",
+        "codec_dec.voc.blk.2.res.1.conv1.weight": "decoder.decoder.3.block.3.conv1.conv.weight",
+        "codec_enc.layers.9.conv.weight": "encoder.encoder.layers.9.conv.weight",
+        "codec_enc.tfm.blk.1.ffn_up.weight": "encoder.encoder_transformer.layers.1.mlp.fc1.weight",
+    }
+    for g, h in pairs.items():
+        np.testing.assert_array_equal(got[g], ck[h], err_msg=g)
+    np.testing.assert_allclose(got["codec_dec.rvq.codebook.3"],
+                               ck["decoder.quantizer.rvq_rest.vq.layers.2._codebook.embedding_sum"]
+                               / np.maximum(ck["decoder.quantizer.rvq_rest.vq.layers.2._codebook.cluster_usage"],
+                                            1e-5)[:, None], rtol=1e-6)
+    np.testing.assert_allclose(got["codec_dec.voc.blk.1.res.2.snake2.exp_alpha"],
+                               np.exp(ck["decoder.decoder.2.block.4.act2.alpha"]), rtol=1e-6)
+    assert ("code_pred.mtp_proj.weight" in got) == (name != "tiny_base")
+    assert ("spk_enc.fc.weight" in got) == (name == "tiny_base")
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_metadata_round_trip(name: str, fixture_root: Path, gguf_dir: Path) -> None:
+    cfg = json.loads((fixture_root / name / "config.json").read_text())
+    gen = json.loads((fixture_root / name / "generation_config.json").read_text())
+    tc = cfg["talker_config"]
+    _, f = read_fields(gguf_dir / f"{name}-f32.gguf")
+    assert f[KV.ARCHITECTURE] == "qwen3-tts"
+    assert f[KV.VARIANT] == cfg["tts_model_type"] and f[KV.SIZE] == cfg["tts_model_size"]
+    assert f[KV.TEXT_IM_START_ID] == cfg["im_start_token_id"] and f[KV.TEXT_EOS_ID] == cfg["tts_eos_token_id"]
+    assert f[KV.CODEC_EOS_ID] == tc["codec_eos_token_id"] and f[KV.CODEC_THINK_EOS_ID] == tc["codec_think_eos_id"]
+    assert dict(zip(f[KV.LANGUAGE_NAMES], f[KV.LANGUAGE_IDS])) == tc["codec_language_id"]
+    if tc["spk_id"]:
+        assert dict(zip(f[KV.SPEAKER_NAMES], f[KV.SPEAKER_IDS])) == tc["spk_id"]
+        assert dict(zip(f[KV.SPEAKER_NAMES], f[KV.SPEAKER_DIALECTS])) == \
+            {k: (v or "") for k, v in tc["spk_is_dialect"].items()}
+    else:
+        assert KV.SPEAKER_NAMES not in f
+    assert f["qwen3-tts.talker.block_count"] == tc["num_hidden_layers"]
+    assert f["qwen3-tts.talker.attention.key_length"] == tc["head_dim"]
+    assert list(f[KV.TALKER_MROPE_SECTION]) == tc["rope_scaling"]["mrope_section"]
+    assert f["qwen3-tts.code_predictor.embedding_length"] == tc["code_predictor_config"]["hidden_size"]
+    for k in ("top_k", "max_new_tokens", "subtalker_top_k"):
+        assert f[f"qwen3-tts.generation.{k}"] == gen[k]
+    for k in ("temperature", "top_p", "repetition_penalty", "subtalker_temperature"):
+        assert f[f"qwen3-tts.generation.{k}"] == pytest.approx(gen[k])
+    assert f["tokenizer.ggml.pre"] == "qwen2"
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.parametrize("out_type", ["bf16", "q8_0"])
+def test_type_policy(name: str, out_type: str, gguf_dir: Path) -> None:
+    ref = _gguf_tensors(gguf_dir / f"{name}-f32.gguf")
+    reader = GGUFReader(str(gguf_dir / f"{name}-{out_type}.gguf"))
+    types = {t.name: t.tensor_type for t in reader.tensors}
+    assert QT.F16 not in types.values()
+    got = _gguf_tensors(gguf_dir / f"{name}-{out_type}.gguf")
+    for tname, t in types.items():
+        is_matrix = tname.startswith(("talker.", "code_pred.")) and ref[tname].ndim == 2
+        if not is_matrix:
+            assert t == QT.F32, tname
+            np.testing.assert_array_equal(got[tname], ref[tname])
+            continue
+        if out_type == "bf16":
+            assert t == QT.BF16, tname
+        elif tname == "talker.text_embd.weight" or "embd" not in tname:
+            # Q8_0 needs whole 32-element blocks per row; narrower rows fall back to BF16
+            assert t == (QT.Q8_0 if ref[tname].shape[-1] % 32 == 0 else QT.BF16), tname
+        else:
+            assert t == QT.F32, tname
+        err = np.abs(got[tname] - ref[tname]).max() / np.abs(ref[tname]).max()
+        assert err < (1e-2 if t == QT.Q8_0 else 4e-3), tname
+
+
+def test_failed_conversion_leaves_nothing(fixture_root: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "ckpt"
+    bad.mkdir()
+    for f in (fixture_root / "tiny_voice_design").iterdir():
+        if f.is_file():
+            (bad / f.name).write_bytes(f.read_bytes())
+    (bad / "speech_tokenizer").mkdir()
+    st = fixture_root / "tiny_voice_design" / "speech_tokenizer"
+    (bad / "speech_tokenizer" / "config.json").write_bytes((st / "config.json").read_bytes())
+    data = (st / "model.safetensors").read_bytes()
+    (bad / "speech_tokenizer" / "model.safetensors").write_bytes(data[: len(data) // 2])
+    out = tmp_path / "out.gguf"
+    with pytest.raises(ValueError, match=r"model\.safetensors.*(truncated|bounds)"):
+        convert(bad, out)
+    assert list(tmp_path.glob("out.gguf*")) == []
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda c: c.update(tts_model_type="other"), r"config\.json.*tts_model_type"),
+    (lambda c: c.update(tokenizer_type="qwen3_tts_tokenizer_25hz"), r"tokenizer_type.*not supported"),
+    (lambda c: c["talker_config"].pop("hidden_size"), r"config\.json.*talker_config\.hidden_size.*missing"),
+    (lambda c: c["talker_config"].update(num_hidden_layers="2"), r"num_hidden_layers.*type str"),
+])
+def test_bad_config(mutate, match: str, fixture_root: Path, tmp_path: Path) -> None:
+    import shutil
+
+    ck = tmp_path / "ckpt"
+    shutil.copytree(fixture_root / "tiny_custom_voice", ck)
+    cfg = json.loads((ck / "config.json").read_text())
+    mutate(cfg)
+    (ck / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=match):
+        convert(ck, tmp_path / "out.gguf")
+    assert not (tmp_path / "out.gguf").exists()
+
+
+def test_missing_checkpoint_files(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a directory"):
+        convert(tmp_path / "nope", tmp_path / "o.gguf")
+    with pytest.raises(ValueError, match=r"config\.json.*not found"):
+        convert(tmp_path, tmp_path / "o.gguf")

@@ -1,0 +1,40 @@
+"""csrc/names.h and python/qtts/names.py define the same GGUF keys and tensor names."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from qtts.names import KV, TN
+
+HEADER = Path(__file__).resolve().parents[1] / "csrc" / "names.h"
+
+
+def _header_names(namespace: str) -> dict[str, str]:
+    src = HEADER.read_text()
+    start = src.index(f"namespace qtts::{namespace} {{")
+    end = src.index(f"}}  // namespace qtts::{namespace}")
+    return dict(re.findall(r'constexpr const char \* (\w+) = "([^"]*)";', src[start:end]))
+
+
+def _python_names(cls: type) -> dict[str, str]:
+    return {k: v for k, v in vars(cls).items() if k.isupper() and isinstance(v, str)}
+
+
+def test_keys_agree() -> None:
+    cpp = _header_names("kv")
+    assert len(cpp) > 80
+    assert cpp == _python_names(KV)
+
+
+def test_tensor_names_agree() -> None:
+    cpp = _header_names("tn")
+    assert len(cpp) > 100
+    assert cpp == _python_names(TN)
+
+
+def test_names_fit_ggml() -> None:
+    # GGML_MAX_NAME is 64 including the terminator; the widest arguments are two-digit indices
+    # and the longest network prefix.
+    for pattern in _python_names(TN).values():
+        name = pattern.replace("%s", "codec_dec.pre_tfm").replace("%d", "99")
+        assert len(name) < 64, name

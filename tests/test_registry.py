@@ -1,0 +1,39 @@
+"""Fetching a released checkpoint through a fake local Hugging Face cache (never the network)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import qtts
+from qtts.registry import MODELS, fetch
+
+
+def _fake_cache(hf_home: Path, repo_id: str, checkpoint: Path) -> None:
+    repo = hf_home / "hub" / ("models--" + repo_id.replace("/", "--"))
+    shutil.copytree(checkpoint, repo / "snapshots" / "0123456789abcdef")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123456789abcdef")
+
+
+def test_fetch_offline_from_cache(fixture_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as c
+
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+    _fake_cache(tmp_path / "hf", repo_id, fixture_root / "tiny_custom_voice")
+    out = fetch(repo_id, tmp_path / "models", "q8_0")
+    assert out.name == "Qwen3-TTS-12Hz-0.6B-CustomVoice-q8_0.gguf"
+    info = qtts.inspect(out)
+    assert info.variant == "custom_voice" and info.name == repo_id
+    assert fetch(repo_id, tmp_path / "models", "q8_0").stat().st_mtime == out.stat().st_mtime
+
+
+def test_registry_and_unknown_repo(tmp_path: Path) -> None:
+    assert {r.variant for r in MODELS.values()} == {"base", "custom_voice", "voice_design"}
+    with pytest.raises(ValueError, match="not a released Qwen3-TTS"):
+        fetch("someone/else", tmp_path)
