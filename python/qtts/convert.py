@@ -307,13 +307,14 @@ def _encode(e: Entry) -> Iterator[bytes]:
         chunks = [e.transform([r.f32() for r in e.sources])]
     else:
         src = e.sources[0]
-        raw = src.raw()
+        n_rows = int(np.prod(src.shape[:-1], dtype=np.int64)) if len(src.shape) > 1 else 1
+        step = max(1, _CHUNK_ELEMS // max(1, src.shape[-1] if src.shape else 1))
+        spans = [(i, min(i + step, n_rows)) for i in range(0, n_rows, step)]
         if e.qtype == QT.BF16 and src.dtype == "BF16":
-            yield np.ascontiguousarray(raw).tobytes()
+            for a, b in spans:
+                yield src.read_rows(a, b).tobytes()
             return
-        rows = raw.reshape(-1, raw.shape[-1]) if raw.ndim > 1 else raw.reshape(1, -1)
-        step = max(1, _CHUNK_ELEMS // rows.shape[1])
-        chunks = (to_f32(rows[i:i + step], src.dtype) for i in range(0, rows.shape[0], step))
+        chunks = (to_f32(src.read_rows(a, b), src.dtype) for a, b in spans)
     for c in chunks:
         c = np.ascontiguousarray(c, dtype=np.float32)
         if e.qtype == QT.F32:

@@ -34,6 +34,16 @@ class TensorRef:
     def f32(self) -> np.ndarray:
         return to_f32(self.raw(), self.dtype)
 
+    def read_rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) of the tensor viewed as 2-D, read (not mapped) so that pages of
+        tensors already converted do not stay resident."""
+        cols = self.shape[-1] if self.shape else 1
+        dt = np.dtype(_DTYPES[self.dtype])
+        with open(self.file, "rb") as f:
+            f.seek(self.offset + start * cols * dt.itemsize)
+            data = np.fromfile(f, dtype=dt, count=(stop - start) * cols)
+        return data.reshape(stop - start, cols)
+
 
 def to_f32(arr: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "BF16":
