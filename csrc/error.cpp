@@ -34,27 +34,28 @@ void fail(const char * fmt, ...) {
     throw Error(s);
 }
 
-static thread_local std::string g_last_error;
+static thread_local std::vector<std::string> * t_capture = nullptr;
 
 static void log_callback(enum ggml_log_level level, const char * text, void *) {
-    if (level == GGML_LOG_LEVEL_ERROR) {
-        g_last_error = text;
-        while (!g_last_error.empty() && (g_last_error.back() == '\n' || g_last_error.back() == ' ')) {
-            g_last_error.pop_back();
-        }
-    }
-    // Parse failures become Python exceptions carrying the message; keep stderr for warnings.
-    if (level == GGML_LOG_LEVEL_WARN) {
-        std::fputs(text, stderr);
-    }
-}
-
-std::string last_ggml_error() {
-    std::string s = g_last_error;
-    g_last_error.clear();
-    return s;
+    if (level == GGML_LOG_LEVEL_WARN) std::fputs(text, stderr);
+    if (level != GGML_LOG_LEVEL_ERROR || !t_capture) return;
+    std::string line = text;
+    while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+    size_t colon = line.find(": ");
+    if (colon != std::string::npos && line.find(' ') > colon) line.erase(0, colon + 2);
+    if (!line.empty()) t_capture->push_back(line);
 }
 
 void install_ggml_log() { ggml_log_set(log_callback, nullptr); }
+
+GgmlErrorCapture::GgmlErrorCapture() : outer_(t_capture) { t_capture = &lines_; }
+
+GgmlErrorCapture::~GgmlErrorCapture() { t_capture = outer_; }
+
+std::string GgmlErrorCapture::text() const {
+    std::string out;
+    for (const std::string & l : lines_) out += (out.empty() ? "" : "; ") + l;
+    return out;
+}
 
 }  // namespace qtts

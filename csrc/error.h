@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace qtts {
 
@@ -24,8 +25,23 @@ std::string format(const char * fmt, ...)
 #endif
     ;
 
-// The last error ggml logged on this thread (ggml reports most failures only through its log).
-std::string last_ggml_error();
+// Route ggml's log through the core: warnings to stderr, errors kept for exceptions.
 void install_ggml_log();
+
+// ggml reports why an operation failed only through its log, often as several lines ending in
+// a generic "failed to ..."; collect this thread's error lines for the lifetime of the capture.
+class GgmlErrorCapture {
+public:
+    GgmlErrorCapture();
+    ~GgmlErrorCapture();
+    GgmlErrorCapture(const GgmlErrorCapture &) = delete;
+    GgmlErrorCapture & operator=(const GgmlErrorCapture &) = delete;
+    // The collected lines, without ggml's "function: " prefixes, joined with "; ".
+    std::string text() const;
+
+private:
+    std::vector<std::string> lines_;
+    std::vector<std::string> * outer_;
+};
 
 }  // namespace qtts

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "error.h"
 #include "ggml-cpu.h"
@@ -61,26 +62,36 @@ static int n_dims_of(const int64_t * ne) {
 }
 
 GgufFile::GgufFile(const std::string & path) : path_(path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        fail("%s: is a directory, not a GGUF file (convert a Hugging Face checkpoint with "
+             "`qtts-cli convert %s -o model.gguf`)", path.c_str(), path.c_str());
+    }
     FILE * f = std::fopen(path.c_str(), "rb");
     if (!f) fail("%s: cannot open: %s", path.c_str(), std::strerror(errno));
     char magic[4] = {0, 0, 0, 0};
     size_t got = std::fread(magic, 1, 4, f);
     std::fseek(f, 0, SEEK_END);
-    file_size_ = static_cast<uint64_t>(std::ftell(f));
+    long size = std::ftell(f);
     std::fclose(f);
-    if (got != 4 || std::memcmp(magic, "GGUF", 4) != 0) {
-        fail("%s: not a GGUF file (bad magic)", path.c_str());
+    file_size_ = size > 0 ? static_cast<uint64_t>(size) : 0;
+    if (got != 4) {
+        fail("%s: not a GGUF file (%s)", path.c_str(),
+             file_size_ == 0 ? "the file is empty" : format("only %llu bytes", (unsigned long long) file_size_).c_str());
     }
-    gguf_init_params params = {/*no_alloc=*/true, /*ctx=*/&meta_};
-    last_ggml_error();
-    gguf_ = gguf_init_from_file(path.c_str(), params);
+    if (std::memcmp(magic, "GGUF", 4) != 0) fail("%s: not a GGUF file (bad magic)", path.c_str());
+    install_ggml_log();
+    GgmlErrorCapture errors;
+    gguf_ = gguf_init_from_file(path.c_str(), {/*no_alloc=*/true, /*ctx=*/&meta_});
     if (!gguf_) {
-        std::string why = last_ggml_error();
+        std::string why = errors.text();
         fail("%s: corrupt or truncated GGUF header%s%s", path.c_str(), why.empty() ? "" : ": ", why.c_str());
     }
     int64_t arch = gguf_find_key(gguf_, "general.architecture");
-    if (arch < 0 || gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING) {
-        fail("%s: no general.architecture key: not a qtts model", path.c_str());
+    if (arch < 0) fail("%s: no general.architecture key: not a qtts model", path.c_str());
+    if (gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING) {
+        fail("%s: metadata key 'general.architecture' has type %s, expected str: not a qtts model", path.c_str(),
+             gguf_type_name(gguf_get_kv_type(gguf_, arch)));
     }
     std::string name = gguf_get_val_str(gguf_, arch);
     if (name != "qwen3-tts") {

@@ -31,6 +31,16 @@ TransformerHParams read_transformer(const GgufFile & f, const char * prefix, boo
     return hp;
 }
 
+// The product of positive factors, or -1 once it exceeds INT32_MAX (corrupt metadata).
+int64_t product(const std::vector<int> & v) {
+    int64_t p = 1;
+    for (int x : v) {
+        p *= x;
+        if (p > INT32_MAX) return -1;
+    }
+    return p;
+}
+
 std::vector<int> positive_ints(const GgufFile & f, const char * k) {
     std::vector<int32_t> v = f.i32_array(k);
     for (int32_t x : v) {
@@ -45,11 +55,12 @@ enum class LayerStyle { QWEN3, CODEC_DECODER, MIMI };
 
 std::vector<LayerWeights> load_layers(GgufFile & f, const char * net, const TransformerHParams & hp,
                                       LayerStyle style, WeightKind matmul) {
-    std::vector<LayerWeights> layers(hp.n_layer);
+    // grown layer by layer: a corrupt, huge block_count ends at the first missing tensor, not in bad_alloc
+    std::vector<LayerWeights> layers;
     const int64_t d = hp.n_embd, q = int64_t(hp.n_head) * hp.head_dim, kv = int64_t(hp.n_head_kv) * hp.head_dim;
     for (int i = 0; i < hp.n_layer; ++i) {
         auto n = [&](const char * pat) { return format(pat, net, i); };
-        LayerWeights & l = layers[i];
+        LayerWeights & l = layers.emplace_back();
         l.attn_norm = f.tensor(n(tn::L_ATTN_NORM), {d}, WeightKind::F32);
         l.wq = f.tensor(n(tn::L_ATTN_Q), {d, q}, matmul);
         l.wk = f.tensor(n(tn::L_ATTN_K), {d, kv}, matmul);
@@ -174,11 +185,10 @@ void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
     c.hop_length = static_cast<int>(f.u32(kv::DEC_HOP_LENGTH));
     c.upsample_rates = positive_ints(f, kv::DEC_UPSAMPLE_RATES);
     c.upsampling_ratios = positive_ints(f, kv::DEC_UPSAMPLING_RATIOS);
-    int hop = 1;
-    for (int r : c.upsample_rates) hop *= r;
-    for (int r : c.upsampling_ratios) hop *= r;
+    const int64_t r1 = product(c.upsample_rates), r2 = product(c.upsampling_ratios);
+    const int64_t hop = r1 < 0 || r2 < 0 ? -1 : r1 * r2;
     const int n_voc = static_cast<int>(c.upsample_rates.size());
-    if (c.codebook_dim % 2 != 0 || c.n_quantizers < 2 || hop != c.hop_length ||
+    if (c.codebook_dim % 2 != 0 || c.n_quantizers < 2 || hop != c.hop_length || n_voc > 16 ||
         c.decoder_dim % (1 << n_voc) != 0) {
         fail("%s: inconsistent codec decoder hyper-parameters", f.path().c_str());
     }
@@ -254,12 +264,11 @@ void load_codec_encoder(GgufFile & f, CodecEncoderWeights & e) {
     e.hop_length = static_cast<int>(f.u32(kv::ENC_HOP_LENGTH));
     std::vector<int> ups = positive_ints(f, kv::ENC_UPSAMPLING_RATIOS);
     e.ratios.assign(ups.rbegin(), ups.rend());
-    int prod = 1;
-    for (int r : e.ratios) prod *= r;
+    const int64_t prod = product(e.ratios);
     if (e.compress <= 0 || e.n_quantizers < 2 || prod <= 0 || e.hop_length % prod != 0) {
         fail("%s: inconsistent codec encoder hyper-parameters", f.path().c_str());
     }
-    const int down_stride = e.hop_length / prod;
+    const int down_stride = static_cast<int>(e.hop_length / prod);
     // SEANet: conv, then per ratio [residual, ELU, strided conv], then ELU and the last conv.
     int layer = 0;
     int64_t ch = e.n_filters;
@@ -329,7 +338,6 @@ ggml_backend_dev_t select_device(const std::string & device) {
 }
 
 Model::Model(const std::string & path_, const std::string & device_name) : path(path_) {
-    install_ggml_log();
     file_ = std::make_unique<GgufFile>(path);
     GgufFile & f = *file_;
     file_size = f.file_size();
@@ -383,6 +391,28 @@ Model::Model(const std::string & path_, const std::string & device_name) : path(
     }
     load_codec_decoder(f, codec_decoder);
     load_codec_encoder(f, codec_encoder);
+    struct IdKey { const char * key; int id; int vocab; const char * table; };
+    const IdKey ids[] = {
+        {kv::TEXT_IM_START_ID, text_ids.im_start, talker.text_vocab, "text"},
+        {kv::TEXT_IM_END_ID, text_ids.im_end, talker.text_vocab, "text"},
+        {kv::TEXT_PAD_ID, text_ids.pad, talker.text_vocab, "text"},
+        {kv::TEXT_BOS_ID, text_ids.bos, talker.text_vocab, "text"},
+        {kv::TEXT_EOS_ID, text_ids.eos, talker.text_vocab, "text"},
+        {kv::CODEC_PAD_ID, codec_ids.pad, talker.codec_vocab, "codec"},
+        {kv::CODEC_BOS_ID, codec_ids.bos, talker.codec_vocab, "codec"},
+        {kv::CODEC_EOS_ID, codec_ids.eos, talker.codec_vocab, "codec"},
+        {kv::CODEC_THINK_ID, codec_ids.think, talker.codec_vocab, "codec"},
+        {kv::CODEC_NOTHINK_ID, codec_ids.nothink, talker.codec_vocab, "codec"},
+        {kv::CODEC_THINK_BOS_ID, codec_ids.think_bos, talker.codec_vocab, "codec"},
+        {kv::CODEC_THINK_EOS_ID, codec_ids.think_eos, talker.codec_vocab, "codec"},
+    };
+    // special token ids index embedding tables, where ggml's get_rows asserts: reject them here
+    for (const IdKey & k : ids) {
+        if (k.id < 0 || k.id >= k.vocab) {
+            fail("%s: metadata key '%s' = %d is outside the %s vocabulary [0, %d)", path.c_str(), k.key, k.id, k.table,
+                 k.vocab);
+        }
+    }
     for (const auto & kvp : languages) {
         if (kvp.second < 0 || kvp.second >= talker.codec_vocab) fail("%s: language id out of range", path.c_str());
     }

@@ -10,7 +10,7 @@ from typing import Any
 
 from ._native import core
 from .gguf_meta import read_fields
-from .model import supported_languages
+from .model import check_gguf_path, supported_languages
 from .names import KV
 
 
@@ -59,8 +59,7 @@ def _short(v: Any) -> str:
 def inspect(path: str | os.PathLike[str]) -> ModelInfo:
     """Validate a model file with the native loader and summarise it (nothing is computed)."""
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{p}: no such model file")
+    check_gguf_path(p)
     native = core.Model(str(p), "cpu")
     reader, f = read_fields(p)
     types = Counter(t.tensor_type.name for t in reader.tensors)

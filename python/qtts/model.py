@@ -18,7 +18,7 @@ class Model:
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto"):
         self.path = Path(path)
-        _check_gguf_path(self.path)
+        check_gguf_path(self.path)
         self._native = core.Model(str(self.path), device)
         self.tokenizer: Tokenizer = Tokenizer.from_data(read_tokenizer(self.path))
         self.n_threads = resolve_threads(n_threads)
@@ -73,7 +73,7 @@ def supported_languages(table: dict[str, int]) -> list[str]:
     return ["auto", *sorted(name for name in table if "dialect" not in name)]
 
 
-def _check_gguf_path(path: Path) -> None:
+def check_gguf_path(path: Path) -> None:
     if path.is_dir():
         raise ValueError(f"{path} is a directory: convert a Hugging Face checkpoint first with "
                          f"`qtts-cli convert {path} -o model.gguf`")
