@@ -62,6 +62,59 @@ py::dict hparams(const Model & m) {
     return d;
 }
 
+using FloatRows = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+// A [n, width] float matrix from Python, checked and copied (the copy is then used without the GIL).
+std::vector<float> rows(const FloatRows & a, int width, const char * what, int * n) {
+    if (a.ndim() != 2 || a.shape(1) != width) {
+        throw Error(format("%s must have shape [n, %d]", what, width));
+    }
+    *n = static_cast<int>(a.shape(0));
+    return std::vector<float>(a.data(), a.data() + a.size());
+}
+
+py::array_t<float> matrix(const std::vector<float> & v, py::ssize_t width) {
+    py::array_t<float> arr({static_cast<py::ssize_t>(v.size()) / width, width});
+    std::memcpy(arr.mutable_data(), v.data(), v.size() * sizeof(float));
+    return arr;
+}
+
+SamplingParams sampling(bool do_sample, float temperature, int top_k, float top_p) {
+    SamplingParams p;
+    p.do_sample = do_sample;
+    p.temperature = temperature;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    return p;
+}
+
+py::tuple generate(Session & s, const FloatRows & prompt, const FloatRows & trailing, const py::dict & kw) {
+    const int d = s.model().talker.hp.n_embd, groups = s.model().talker.n_code_groups;
+    int n_prompt = 0, n_trailing = 0;
+    std::vector<float> p = rows(prompt, d, "prompt", &n_prompt), t = rows(trailing, d, "trailing", &n_trailing);
+    GenerateParams gp;
+    gp.talker = sampling(kw["do_sample"].cast<bool>(), kw["temperature"].cast<float>(), kw["top_k"].cast<int>(),
+                         kw["top_p"].cast<float>());
+    gp.predictor = sampling(kw["subtalker_dosample"].cast<bool>(), kw["subtalker_temperature"].cast<float>(),
+                            kw["subtalker_top_k"].cast<int>(), kw["subtalker_top_p"].cast<float>());
+    gp.repetition_penalty = kw["repetition_penalty"].cast<float>();
+    gp.max_new_tokens = kw["max_new_tokens"].cast<int>();
+    gp.seed = kw["seed"].cast<uint64_t>();
+    GenerateResult r;
+    {
+        py::gil_scoped_release release;
+        r = s.generate(p, n_prompt, t, n_trailing, gp);
+    }
+    py::array_t<int32_t> codes({static_cast<py::ssize_t>(r.frames), static_cast<py::ssize_t>(groups)});
+    if (!r.codes.empty()) std::memcpy(codes.mutable_data(), r.codes.data(), r.codes.size() * sizeof(int32_t));
+    py::dict timings;
+    timings["prefill_ms"] = r.prefill_ms;
+    timings["talker_ms"] = r.talker_ms;
+    timings["predictor_ms"] = r.predictor_ms;
+    timings["frames"] = r.frames;
+    return py::make_tuple(codes, r.stop_reason, timings);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, mod) {
@@ -134,6 +187,18 @@ PYBIND11_MODULE(_core, mod) {
                                    d["tts_eos"] = m.text_ids.eos;
                                    return d;
                                })
+        .def_property_readonly("codec_ids",
+                               [](const Model & m) {
+                                   py::dict d;
+                                   d["pad"] = m.codec_ids.pad;
+                                   d["bos"] = m.codec_ids.bos;
+                                   d["eos"] = m.codec_ids.eos;
+                                   d["think"] = m.codec_ids.think;
+                                   d["nothink"] = m.codec_ids.nothink;
+                                   d["think_bos"] = m.codec_ids.think_bos;
+                                   d["think_eos"] = m.codec_ids.think_eos;
+                                   return d;
+                               })
         .def_property_readonly("generation_defaults",
                                [](const Model & m) {
                                    py::dict d;
@@ -158,15 +223,36 @@ PYBIND11_MODULE(_core, mod) {
              py::arg("model"), py::arg("n_threads"), py::keep_alive<1, 2>())
         .def_property_readonly("n_threads", &Session::n_threads)
         .def_property_readonly("device", &Session::device)
-        .def("text_embed", [](Session & s, const std::vector<int32_t> & ids) {
-            std::vector<float> out;
-            {
-                py::gil_scoped_release release;
-                out = s.text_embed(ids);
-            }
-            const py::ssize_t d = static_cast<py::ssize_t>(s.model().talker.hp.n_embd);
-            py::array_t<float> arr({static_cast<py::ssize_t>(ids.size()), d});
-            std::memcpy(arr.mutable_data(), out.data(), out.size() * sizeof(float));
-            return arr;
-        });
+        .def("text_embed",
+             [](Session & s, const std::vector<int32_t> & ids) {
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.text_embed(ids);
+                 }
+                 return matrix(out, s.model().talker.hp.n_embd);
+             })
+        .def("codec_embed",
+             [](Session & s, const std::vector<int32_t> & ids) {
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.codec_embed(ids);
+                 }
+                 return matrix(out, s.model().talker.hp.n_embd);
+             })
+        .def("talker_prefill",
+             [](Session & s, const FloatRows & embd) {
+                 int n = 0;
+                 std::vector<float> e = rows(embd, s.model().talker.hp.n_embd, "embeddings", &n);
+                 TalkerOutput out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.talker_prefill(e, n);
+                 }
+                 return py::make_tuple(py::array_t<float>(out.logits.size(), out.logits.data()),
+                                       py::array_t<float>(out.hidden.size(), out.hidden.data()));
+             },
+             "Debug: the talker over a prompt; (logits of the last position, its normed hidden state).")
+        .def("generate", &generate, py::arg("prompt"), py::arg("trailing"), py::arg("params"));
 }

@@ -1,7 +1,5 @@
 #include "session.h"
 
-#include <cstring>
-
 #include "error.h"
 #include "graph.h"
 
@@ -47,13 +45,13 @@ Session::~Session() {
 
 std::string Session::device() const { return ggml_backend_dev_name(model_->device); }
 
-ggml_cgraph * Session::run(const std::function<ggml_tensor *(ggml_context *)> & build,
+ggml_cgraph * Session::run(const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,
                            const std::function<void(ggml_cgraph *)> & set_inputs) {
     if (graph_ctx_) ggml_free(graph_ctx_);
     ggml_init_params ip = {graph_meta_.size(), graph_meta_.data(), /*no_alloc=*/true};
     graph_ctx_ = ggml_init(ip);
     ggml_cgraph * gf = ggml_new_graph_custom(graph_ctx_, kMaxNodes, false);
-    ggml_tensor * out = build(graph_ctx_);
+    ggml_tensor * out = build(graph_ctx_, gf);
     ggml_set_output(out);
     ggml_build_forward_expand(gf, out);
     ggml_backend_sched_reset(sched_);
@@ -65,26 +63,51 @@ ggml_cgraph * Session::run(const std::function<ggml_tensor *(ggml_context *)> & 
 
 std::vector<float> Session::text_embed(const std::vector<int32_t> & ids) {
     const TalkerWeights & t = model_->talker;
-    if (ids.empty()) fail("text_embed: no token ids");
+    return embed_rows(ids, t.text_vocab, "text", [&](ggml_context * ctx, ggml_tensor * inp) {
+        ggml_tensor * x = named(ggml_get_rows(ctx, t.text_tok, inp), "text_tok_embd");
+        x = named(ggml_silu(ctx, linear(ctx, x, t.fc1, t.fc1_b)), "text_proj_hidden");
+        return named(linear(ctx, x, t.fc2, t.fc2_b), "text_proj");
+    });
+}
+
+std::vector<float> Session::codec_embed(const std::vector<int32_t> & ids) {
+    const TalkerWeights & t = model_->talker;
+    return embed_rows(ids, t.codec_vocab, "codec", [&](ggml_context * ctx, ggml_tensor * inp) {
+        return named(ggml_get_rows(ctx, t.codec_embd, inp), "codec_embd");
+    });
+}
+
+std::vector<float> Session::embed_rows(const std::vector<int32_t> & ids, int vocab, const char * what,
+                                       const std::function<ggml_tensor *(ggml_context *, ggml_tensor *)> & build) {
+    if (ids.empty()) fail("%s embedding: no token ids", what);
     for (int32_t id : ids) {
-        if (id < 0 || id >= t.text_vocab) fail("text token id %d is outside the text vocabulary [0, %d)", id, t.text_vocab);
+        if (id < 0 || id >= vocab) fail("%s token id %d is outside the %s vocabulary [0, %d)", what, id, what, vocab);
     }
     const int64_t n = static_cast<int64_t>(ids.size());
     ggml_cgraph * gf = run(
-        [&](ggml_context * ctx) {
-            ggml_tensor * inp = named(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), "text_ids");
+        [&](ggml_context * ctx, ggml_cgraph *) {
+            ggml_tensor * inp = named(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), "embd_ids");
             ggml_set_input(inp);
-            ggml_tensor * x = named(ggml_get_rows(ctx, t.text_tok, inp), "text_tok_embd");
-            x = named(ggml_silu(ctx, linear(ctx, x, t.fc1, t.fc1_b)), "text_proj_hidden");
-            return named(linear(ctx, x, t.fc2, t.fc2_b), "text_proj");
+            return build(ctx, inp);
         },
         [&](ggml_cgraph * gf) {
-            ggml_backend_tensor_set(ggml_graph_get_tensor(gf, "text_ids"), ids.data(), 0, ids.size() * sizeof(int32_t));
+            ggml_backend_tensor_set(ggml_graph_get_tensor(gf, "embd_ids"), ids.data(), 0, ids.size() * sizeof(int32_t));
         });
-    ggml_tensor * out = ggml_graph_get_tensor(gf, "text_proj");
-    std::vector<float> result(static_cast<size_t>(ggml_nelements(out)));
-    ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
-    return result;
+    return read_output(gf);
 }
+
+static std::vector<float> to_host(const ggml_tensor * t) {
+    std::vector<float> out(static_cast<size_t>(ggml_nelements(t)));
+    ggml_backend_tensor_get(t, out.data(), 0, ggml_nbytes(t));
+    return out;
+}
+
+std::vector<float> read_tensor(ggml_cgraph * gf, const char * name) {
+    const ggml_tensor * t = ggml_graph_get_tensor(gf, name);
+    if (!t) fail("graph has no tensor named '%s'", name);
+    return to_host(t);
+}
+
+std::vector<float> read_output(ggml_cgraph * gf) { return to_host(ggml_graph_node(gf, -1)); }
 
 }  // namespace qtts

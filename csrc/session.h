@@ -7,11 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "decoder.h"
+#include "generate.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "model.h"
 
 namespace qtts {
+
+// An F32 graph tensor (an output or an input) copied to the host.
+std::vector<float> read_tensor(ggml_cgraph * gf, const char * name);
+// The graph's last node, the one run() marked as its output.
+std::vector<float> read_output(ggml_cgraph * gf);
 
 class Session {
 public:
@@ -26,11 +33,30 @@ public:
 
     // P(ids): the talker's text embedding followed by the text projection MLP, [n, D] row-major.
     std::vector<float> text_embed(const std::vector<int32_t> & ids);
+    // C(ids): rows of the talker's codec embedding, [n, D] row-major.
+    std::vector<float> codec_embed(const std::vector<int32_t> & ids);
+
+    // The generation methods below (and the private talker_step, predict_frame) live in generate.cpp.
+
+    // The talker over a prompt of n embeddings ([n, D] row-major), from an empty cache.
+    TalkerOutput talker_prefill(const std::vector<float> & embd, int n);
+
+    // Codes for a prompt ([n_prompt, D]) and the text vectors added at each decode step
+    // ([n_trailing, D], then PAD).
+    GenerateResult generate(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
+                            int n_trailing, const GenerateParams & p);
 
 private:
     // Build a graph with `build`, allocate it, let `set_inputs` fill the inputs, compute.
-    ggml_cgraph * run(const std::function<ggml_tensor *(ggml_context *)> & build,
+    ggml_cgraph * run(const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,
                       const std::function<void(ggml_cgraph *)> & set_inputs);
+
+    std::vector<float> embed_rows(const std::vector<int32_t> & ids, int vocab, const char * what,
+                                  const std::function<ggml_tensor *(ggml_context *, ggml_tensor *)> & build);
+    TalkerOutput talker_step(const std::vector<int32_t> & codes, const float * text, int n_past);
+    // cb1..cb15 of one frame into codes[1..], given the talker's hidden state and codes[0].
+    void predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
+                       std::mt19937_64 & rng);
 
     std::shared_ptr<const Model> model_;
     int n_threads_ = 1;
@@ -40,6 +66,7 @@ private:
     ggml_backend_sched_t sched_ = nullptr;
     ggml_context * graph_ctx_ = nullptr;
     std::vector<uint8_t> graph_meta_;
+    KvCache talker_cache_, pred_cache_;
 };
 
 }  // namespace qtts

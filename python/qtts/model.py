@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from ._native import core
+from .generation import GenerationResult, per_frame_timings, resolve_settings
 from .gguf_meta import read_tokenizer
+from .prompt import build_prompt, resolve_voice
 from .threads import resolve_threads
 from .tokenizer import Tokenizer
 
@@ -62,6 +64,41 @@ class Model:
         """The talker's projected text embedding P(ids), shape [len(ids), hidden]."""
         with self._lock:
             return self._session.text_embed([int(i) for i in ids])
+
+    @property
+    def codec_ids(self) -> dict[str, int]:
+        """Codec-stream control ids (pad, bos, eos, think, nothink, think_bos, think_eos)."""
+        return dict(self._native.codec_ids)
+
+    def codec_embedding(self, ids: list[int] | np.ndarray) -> np.ndarray:
+        """Rows C(ids) of the talker's codec embedding, shape [len(ids), hidden]."""
+        with self._lock:
+            return self._session.codec_embed([int(i) for i in ids])
+
+    def generate_codes(self, text: str, *, language: str = "auto", speaker: str | None = None,
+                       instruct: str | None = None, do_sample: bool | None = None, top_k: int | None = None,
+                       top_p: float | None = None, temperature: float | None = None,
+                       repetition_penalty: float | None = None, subtalker_dosample: bool | None = None,
+                       subtalker_top_k: int | None = None, subtalker_top_p: float | None = None,
+                       subtalker_temperature: float | None = None, max_new_tokens: int | None = None,
+                       non_streaming_mode: bool | None = None, seed: int | None = None) -> GenerationResult:
+        """Codec codes [frames, 16] for `text` (CustomVoice: a speaker; VoiceDesign: an instruct).
+
+        Settings left as None take the model's generation_defaults; non_streaming_mode defaults
+        to True, as in the reference's generate_custom_voice / generate_voice_design. At most
+        max_new_tokens - 1 frames come out. The same seed gives the same codes.
+        """
+        settings = dict(do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature,
+                        repetition_penalty=repetition_penalty, subtalker_dosample=subtalker_dosample,
+                        subtalker_top_k=subtalker_top_k, subtalker_top_p=subtalker_top_p,
+                        subtalker_temperature=subtalker_temperature, max_new_tokens=max_new_tokens)
+        voice = resolve_voice(self, language=language, speaker=speaker, instruct=instruct)
+        s = resolve_settings(self.generation_defaults, settings, seed)
+        prompt = build_prompt(self, text, voice,
+                              non_streaming_mode=True if non_streaming_mode is None else non_streaming_mode)
+        with self._lock:
+            codes, stop_reason, raw = self._session.generate(prompt.embeddings, prompt.trailing, s)
+        return GenerationResult(codes, stop_reason, s["seed"], per_frame_timings(raw))
 
     def __repr__(self) -> str:
         return f"qtts.Model({str(self.path)!r}, variant={self.variant!r}, size={self.size!r}, device={self.device!r})"

@@ -1,0 +1,134 @@
+// The per-frame generation loop (spec §2.6): talker prefill, then per frame the code predictor
+// and one talker step, sampling cb0 from the talker and cb1..15 from the predictor.
+#include <chrono>
+
+#include "code_predictor.h"
+#include "error.h"
+#include "session.h"
+#include "talker.h"
+
+namespace qtts {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::vector<int32_t> positions(int n_past, int n) {
+    std::vector<int32_t> pos(n);
+    for (int i = 0; i < n; ++i) pos[i] = n_past + i;
+    return pos;
+}
+
+void set_input(ggml_cgraph * gf, const char * name, const void * data, size_t bytes) {
+    ggml_tensor * t = ggml_graph_get_tensor(gf, name);
+    if (!t || ggml_nbytes(t) != bytes) fail("graph input '%s' is missing or has the wrong size", name);
+    ggml_backend_tensor_set(t, data, 0, bytes);
+}
+
+TalkerOutput talker_output(ggml_cgraph * gf) {
+    return {read_tensor(gf, kTalkerLogits), read_tensor(gf, kTalkerHidden)};
+}
+
+}  // namespace
+
+TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n) {
+    const TalkerWeights & t = model_->talker;
+    if (n < 1 || embd.size() != static_cast<size_t>(n) * t.hp.n_embd) {
+        fail("talker prefill: expected [%d, %d] embeddings, got %zu values", n, t.hp.n_embd, embd.size());
+    }
+    if (talker_cache_.n_ctx() < n) talker_cache_.reserve(backend_, t.hp, n);
+    const std::vector<int32_t> pos = positions(0, n);
+    ggml_cgraph * gf = run([&](ggml_context * ctx, ggml_cgraph * g) { return build_talker_prefill(ctx, g, t, talker_cache_, n); },
+                           [&](ggml_cgraph * g) {
+                               set_input(g, kTalkerEmbd, embd.data(), embd.size() * sizeof(float));
+                               set_input(g, kTalkerPos, pos.data(), pos.size() * sizeof(int32_t));
+                           });
+    return talker_output(gf);
+}
+
+TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const float * text, int n_past) {
+    const int32_t pos = n_past;
+    ggml_cgraph * gf = run(
+        [&](ggml_context * ctx, ggml_cgraph * g) { return build_talker_step(ctx, g, *model_, talker_cache_, n_past); },
+        [&](ggml_cgraph * g) {
+            set_input(g, kTalkerCodes, codes.data(), codes.size() * sizeof(int32_t));
+            set_input(g, kTalkerText, text, model_->talker.hp.n_embd * sizeof(float));
+            set_input(g, kTalkerPos, &pos, sizeof(pos));
+        });
+    return talker_output(gf);
+}
+
+void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
+                            std::mt19937_64 & rng) {
+    const int groups = model_->talker.n_code_groups;
+    for (int step = 0; step + 1 < groups; ++step) {
+        const int32_t code = codes[step];
+        const std::vector<int32_t> pos = step == 0 ? positions(0, 2) : positions(step + 1, 1);
+        ggml_cgraph * gf = run(
+            [&](ggml_context * ctx, ggml_cgraph * g) { return build_predictor_step(ctx, g, *model_, pred_cache_, step); },
+            [&](ggml_cgraph * g) {
+                set_input(g, kPredCode, &code, sizeof(code));
+                set_input(g, kPredPos, pos.data(), pos.size() * sizeof(int32_t));
+                if (step == 0) set_input(g, kPredHidden, hidden.data(), hidden.size() * sizeof(float));
+            });
+        std::vector<float> logits = read_tensor(gf, kPredLogits);
+        codes[step + 1] = select_token(logits, p, rng);
+    }
+}
+
+GenerateResult Session::generate(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
+                                 int n_trailing, const GenerateParams & p) {
+    const Model & m = *model_;
+    const int d = m.talker.hp.n_embd, groups = m.talker.n_code_groups, eos = m.codec_ids.eos;
+    if (p.max_new_tokens < 1) fail("max_new_tokens must be at least 1, got %d", p.max_new_tokens);
+    if (n_trailing < 0 || trailing.size() != static_cast<size_t>(n_trailing) * d) {
+        fail("trailing text: expected [%d, %d] values, got %zu", n_trailing, d, trailing.size());
+    }
+    if (eos < 0 || eos >= m.talker.codec_vocab) fail("codec EOS id %d is outside the codec vocabulary", eos);
+    const std::vector<float> pad = text_embed({m.text_ids.pad});
+
+    GenerateResult r;
+    std::mt19937_64 rng(p.seed);
+    // Positions used: the prompt, then one per fed frame (at most max_new_tokens - 1).
+    talker_cache_.reserve(backend_, m.talker.hp, n_prompt + p.max_new_tokens - 1);
+    pred_cache_.reserve(backend_, m.code_pred.hp, groups);
+
+    auto t0 = Clock::now();
+    TalkerOutput out = talker_prefill(prompt, n_prompt);
+    r.prefill_ms = ms_since(t0);
+
+    // The Hugging Face suppression is the top 1024 ids (spec §4), whatever the vocabulary.
+    const int suppress_begin = m.talker.codec_vocab - 1024;
+    std::vector<int32_t> history;
+    std::vector<int32_t> frame(groups);
+    for (;;) {
+        talker_logits_processors(out.logits, history, p.repetition_penalty, eos, /*min_new=*/2, suppress_begin);
+        const int32_t cb0 = select_token(out.logits, p.talker, rng);
+        history.push_back(cb0);
+        if (cb0 == eos) {
+            r.stop_reason = "eos";
+            break;
+        }
+        if (static_cast<int>(history.size()) >= p.max_new_tokens) {
+            r.stop_reason = "max_new_tokens";
+            break;
+        }
+        frame[0] = cb0;
+        t0 = Clock::now();
+        predict_frame(out.hidden, frame, p.predictor, rng);
+        r.predictor_ms += ms_since(t0);
+        r.codes.insert(r.codes.end(), frame.begin(), frame.end());
+        const float * text = r.frames < n_trailing ? trailing.data() + static_cast<size_t>(r.frames) * d : pad.data();
+        t0 = Clock::now();
+        out = talker_step(frame, text, n_prompt + r.frames);
+        r.talker_ms += ms_since(t0);
+        ++r.frames;
+    }
+    return r;
+}
+
+}  // namespace qtts

@@ -1,0 +1,92 @@
+"""Talker prompts for CustomVoice and VoiceDesign (spec §2.5), built exactly as the reference
+does (M:2066-2237): a prompt embedding matrix for the prefill and the trailing text vectors the
+generation loop adds one per frame."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .model import Model
+
+
+@dataclass(frozen=True)
+class Voice:
+    """A validated request: what the codec prefill and the instruct block will hold."""
+    language_id: int | None  # None: "auto" without a dialect speaker (the nothink block)
+    speaker_id: int | None
+    instruct: str | None
+
+
+@dataclass(frozen=True)
+class Prompt:
+    embeddings: np.ndarray  # [L, D] float32, the prefill input
+    trailing: np.ndarray    # [T, D] float32, added to the decode steps 0..T-1 (then PAD)
+
+
+def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct: str | None) -> Voice:
+    """Check a request against the model the way the reference's wrapper does, raising ValueError
+    where the reference would fail or silently ignore an argument."""
+    variant = model.variant
+    if variant not in ("custom_voice", "voice_design"):
+        raise ValueError(f"generate_codes supports custom_voice and voice_design models; this one is {variant!r}")
+    lang = str(language).lower()
+    if lang not in model.languages:
+        raise ValueError(f"unsupported language {language!r}; supported: {', '.join(model.languages)}")
+    table = dict(model._native.languages)
+    language_id = None if lang == "auto" else table[lang]
+
+    speaker_id = None
+    if variant == "custom_voice":
+        if not speaker:
+            raise ValueError(f"a custom_voice model needs a speaker; available: {', '.join(model.speakers)}")
+        known = {name: (sid, dialect) for name, sid, dialect in model._native.speakers}
+        if speaker.lower() not in known:
+            raise ValueError(f"unknown speaker {speaker!r}; available: {', '.join(model.speakers)}")
+        speaker_id, dialect = known[speaker.lower()]
+        # A dialect speaker overrides chinese/auto with its dialect's language id (M:2118-2122).
+        if dialect and lang in ("chinese", "auto"):
+            if dialect not in table:
+                raise ValueError(f"speaker {speaker!r} has dialect {dialect!r}, which the model has no id for")
+            language_id = table[dialect]
+        # W:799 tests `tts_model_size in "0b6"` (a substring test): those models drop instruct.
+        if instruct and model.size in "0b6":
+            raise ValueError(f"this {model.size} custom_voice model ignores instruct; pass instruct=None")
+    elif speaker:
+        raise ValueError("speaker is only for custom_voice models; describe the voice with instruct")
+    # The reference treats an empty instruct as none (W:706, W:821).
+    return Voice(language_id, speaker_id, instruct or None)
+
+
+def build_prompt(model: Model, text: str, voice: Voice, *, non_streaming_mode: bool) -> Prompt:
+    tok = model.tokenizer
+    text_ids = tok.prompt_text_ids(text)  # validates: non-empty, template slices intact
+    role = tok.assistant_ids(text)[:3]
+    tid = model._native.text_ids
+    instruct_ids = tok.instruct_ids(voice.instruct) if voice.instruct else []
+    # One projection call for every text vector the prompt needs.
+    specials = [tid["tts_bos"], tid["tts_eos"], tid["tts_pad"]]
+    p = model.text_embedding(role + specials + text_ids + instruct_ids)
+    p_role, (bos, eos, pad), p_text, p_instruct = np.split(p, np.cumsum([3, 3, len(text_ids)]))
+
+    cid = model.codec_ids
+    think = ([cid["nothink"], cid["think_bos"], cid["think_eos"]] if voice.language_id is None
+             else [cid["think"], cid["think_bos"], voice.language_id, cid["think_eos"]])
+    speaker = [] if voice.speaker_id is None else [voice.speaker_id]
+    seq = think + speaker + [cid["pad"], cid["bos"]]
+    c = model.codec_embedding(seq)
+    c_pad, c_bos = c[-2], c[-1]
+
+    # The codec prefill without its final BOS, under PAD text with BOS text on the last slot.
+    codec_text = np.concatenate([np.repeat(pad[None], len(seq) - 2, axis=0), bos[None]]) + c[:-1]
+    parts = [p_instruct, p_role, codec_text]
+    if non_streaming_mode:
+        parts += [np.concatenate([p_text, eos[None]]) + c_pad, (pad + c_bos)[None]]
+        trailing = pad[None]
+    else:
+        parts.append((p_text[0] + c_bos)[None])
+        trailing = np.concatenate([p_text[1:], eos[None]])
+    return Prompt(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32),
+                  np.ascontiguousarray(trailing, dtype=np.float32))
