@@ -88,6 +88,11 @@ SamplingParams sampling(bool do_sample, float temperature, int top_k, float top_
     return p;
 }
 
+py::tuple talker_output(const TalkerOutput & out) {
+    return py::make_tuple(py::array_t<float>(out.logits.size(), out.logits.data()),
+                          py::array_t<float>(out.hidden.size(), out.hidden.data()));
+}
+
 py::tuple generate(Session & s, const FloatRows & prompt, const FloatRows & trailing, const py::dict & kw) {
     const int d = s.model().talker.hp.n_embd, groups = s.model().talker.n_code_groups;
     int n_prompt = 0, n_trailing = 0;
@@ -100,11 +105,21 @@ py::tuple generate(Session & s, const FloatRows & prompt, const FloatRows & trai
     gp.repetition_penalty = kw["repetition_penalty"].cast<float>();
     gp.max_new_tokens = kw["max_new_tokens"].cast<int>();
     gp.seed = kw["seed"].cast<uint64_t>();
+    gp.max_frames = kw["max_frames"].cast<int>();
+    // Ctrl-C: the loop polls Python's signal handlers once per frame; a raised
+    // KeyboardInterrupt stops the generation and propagates once the GIL is back.
+    bool interrupted = false;
+    gp.should_stop = [&interrupted]() {
+        py::gil_scoped_acquire gil;
+        interrupted = PyErr_CheckSignals() != 0;
+        return interrupted;
+    };
     GenerateResult r;
     {
         py::gil_scoped_release release;
         r = s.generate(p, n_prompt, t, n_trailing, gp);
     }
+    if (interrupted) throw py::error_already_set();
     py::array_t<int32_t> codes({static_cast<py::ssize_t>(r.frames), static_cast<py::ssize_t>(groups)});
     if (!r.codes.empty()) std::memcpy(codes.mutable_data(), r.codes.data(), r.codes.size() * sizeof(int32_t));
     py::dict timings;
@@ -242,17 +257,32 @@ PYBIND11_MODULE(_core, mod) {
                  return matrix(out, s.model().talker.hp.n_embd);
              })
         .def("talker_prefill",
-             [](Session & s, const FloatRows & embd) {
+             [](Session & s, const FloatRows & embd, int n_ctx) {
                  int n = 0;
                  std::vector<float> e = rows(embd, s.model().talker.hp.n_embd, "embeddings", &n);
                  TalkerOutput out;
                  {
                      py::gil_scoped_release release;
-                     out = s.talker_prefill(e, n);
+                     out = s.talker_prefill(e, n, n_ctx);
                  }
-                 return py::make_tuple(py::array_t<float>(out.logits.size(), out.logits.data()),
-                                       py::array_t<float>(out.hidden.size(), out.hidden.data()));
+                 return talker_output(out);
              },
+             py::arg("embeddings"), py::arg("n_ctx") = 0,
              "Debug: the talker over a prompt; (logits of the last position, its normed hidden state).")
+        .def("talker_step",
+             [](Session & s, const std::vector<int32_t> & codes, const FloatRows & text, int n_past) {
+                 int n = 0;
+                 std::vector<float> x = rows(text, s.model().talker.hp.n_embd, "text vector", &n);
+                 if (n != 1) throw Error("talker_step: expected one text vector");
+                 TalkerOutput out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.talker_step(codes, x.data(), n_past);
+                 }
+                 return talker_output(out);
+             },
+             py::arg("codes"), py::arg("text"), py::arg("n_past"),
+             "Debug: one decode step after talker_prefill; (logits, normed hidden state).")
+        .def("cancel", &Session::cancel, "Stop a generation in progress after the current frame (any thread).")
         .def("generate", &generate, py::arg("prompt"), py::arg("trailing"), py::arg("params"));
 }

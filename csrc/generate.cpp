@@ -1,5 +1,6 @@
 // The per-frame generation loop (spec §2.6): talker prefill, then per frame the code predictor
 // and one talker step, sampling cb0 from the talker and cb1..15 from the predictor.
+#include <algorithm>
 #include <chrono>
 
 #include "code_predictor.h"
@@ -35,12 +36,12 @@ TalkerOutput talker_output(ggml_cgraph * gf) {
 
 }  // namespace
 
-TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n) {
+TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n, int n_ctx) {
     const TalkerWeights & t = model_->talker;
     if (n < 1 || embd.size() != static_cast<size_t>(n) * t.hp.n_embd) {
         fail("talker prefill: expected [%d, %d] embeddings, got %zu values", n, t.hp.n_embd, embd.size());
     }
-    if (talker_cache_.n_ctx() < n) talker_cache_.reserve(backend_, t.hp, n);
+    if (talker_cache_.n_ctx() < std::max(n, n_ctx)) talker_cache_.reserve(backend_, t.hp, std::max(n, n_ctx));
     const std::vector<int32_t> pos = positions(0, n);
     ggml_cgraph * gf = run([&](ggml_context * ctx, ggml_cgraph * g) { return build_talker_prefill(ctx, g, t, talker_cache_, n); },
                            [&](ggml_cgraph * g) {
@@ -51,6 +52,18 @@ TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n) {
 }
 
 TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const float * text, int n_past) {
+    const TalkerWeights & t = model_->talker;
+    if (static_cast<int>(codes.size()) != t.n_code_groups) {
+        fail("talker step: expected %d codes, got %zu", t.n_code_groups, codes.size());
+    }
+    for (size_t g = 0; g < codes.size(); ++g) {
+        const int vocab = g == 0 ? t.codec_vocab : model_->code_pred.vocab;
+        if (codes[g] < 0 || codes[g] >= vocab) fail("talker step: code %d of group %zu is out of range", codes[g], g);
+    }
+    if (n_past < 1 || n_past >= talker_cache_.n_ctx()) {
+        fail("talker step: position %d is outside the cache (prefill first; %d positions)", n_past,
+             talker_cache_.n_ctx());
+    }
     const int32_t pos = n_past;
     ggml_cgraph * gf = run(
         [&](ggml_context * ctx, ggml_cgraph * g) { return build_talker_step(ctx, g, *model_, talker_cache_, n_past); },
@@ -85,6 +98,7 @@ GenerateResult Session::generate(const std::vector<float> & prompt, int n_prompt
     const Model & m = *model_;
     const int d = m.talker.hp.n_embd, groups = m.talker.n_code_groups, eos = m.codec_ids.eos;
     if (p.max_new_tokens < 1) fail("max_new_tokens must be at least 1, got %d", p.max_new_tokens);
+    if (p.max_frames < 0) fail("the frame budget must not be negative, got %d", p.max_frames);
     if (n_trailing < 0 || trailing.size() != static_cast<size_t>(n_trailing) * d) {
         fail("trailing text: expected [%d, %d] values, got %zu", n_trailing, d, trailing.size());
     }
@@ -93,8 +107,12 @@ GenerateResult Session::generate(const std::vector<float> & prompt, int n_prompt
 
     GenerateResult r;
     std::mt19937_64 rng(p.seed);
-    // Positions used: the prompt, then one per fed frame (at most max_new_tokens - 1).
-    talker_cache_.reserve(backend_, m.talker.hp, n_prompt + p.max_new_tokens - 1);
+    // Positions used: the prompt, then one per fed frame (at most max_new_tokens - 1, and at most
+    // the budget): the cache is sized to this request, not to a fixed maximum.
+    int max_fed = p.max_new_tokens - 1;
+    if (p.max_frames > 0) max_fed = std::min(max_fed, p.max_frames);
+    talker_cache_.reserve(backend_, m.talker.hp, n_prompt + std::max(max_fed, 1));
+    cancel_.store(false);
     pred_cache_.reserve(backend_, m.code_pred.hp, groups);
 
     auto t0 = Clock::now();
@@ -115,6 +133,14 @@ GenerateResult Session::generate(const std::vector<float> & prompt, int n_prompt
         }
         if (static_cast<int>(history.size()) >= p.max_new_tokens) {
             r.stop_reason = "max_new_tokens";
+            break;
+        }
+        if (p.max_frames > 0 && r.frames >= p.max_frames) {
+            r.stop_reason = "budget";
+            break;
+        }
+        if (cancel_.load() || (p.should_stop && p.should_stop())) {
+            r.stop_reason = "cancelled";
             break;
         }
         frame[0] = cb0;

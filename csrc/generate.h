@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,13 +14,16 @@ struct GenerateParams {
     SamplingParams talker, predictor;
     float repetition_penalty = 1.0f;
     int max_new_tokens = 0;  // sampled cb0 tokens, EOS included: at most max_new_tokens - 1 frames
+    int max_frames = 0;      // the runaway guard's frame budget; 0: none
     uint64_t seed = 0;
+    // Polled once per frame (for Ctrl-C); returning true cancels the generation.
+    std::function<bool()> should_stop;
 };
 
 struct GenerateResult {
     std::vector<int32_t> codes;  // [frames, n_code_groups] row-major
     int frames = 0;
-    std::string stop_reason;     // "eos" or "max_new_tokens"
+    std::string stop_reason;     // "eos", "max_new_tokens", "budget" or "cancelled"
     double prefill_ms = 0.0, talker_ms = 0.0, predictor_ms = 0.0;  // totals over the frames
 };
 

@@ -2,6 +2,7 @@
 // the scheduler and its compute buffers. Several sessions can share one Model.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,8 +39,14 @@ public:
 
     // The generation methods below (and the private talker_step, predict_frame) live in generate.cpp.
 
-    // The talker over a prompt of n embeddings ([n, D] row-major), from an empty cache.
-    TalkerOutput talker_prefill(const std::vector<float> & embd, int n);
+    // The talker over a prompt of n embeddings ([n, D] row-major), from an empty cache with
+    // room for at least n_ctx positions.
+    TalkerOutput talker_prefill(const std::vector<float> & embd, int n, int n_ctx = 0);
+    // One talker step after a prefill: the frame's 16 codes and text vector fed at position n_past.
+    TalkerOutput talker_step(const std::vector<int32_t> & codes, const float * text, int n_past);
+
+    // Ask a generation in progress (from any thread) to stop after the current frame.
+    void cancel() { cancel_.store(true); }
 
     // Codes for a prompt ([n_prompt, D]) and the text vectors added at each decode step
     // ([n_trailing, D], then PAD).
@@ -53,7 +60,6 @@ private:
 
     std::vector<float> embed_rows(const std::vector<int32_t> & ids, int vocab, const char * what,
                                   const std::function<ggml_tensor *(ggml_context *, ggml_tensor *)> & build);
-    TalkerOutput talker_step(const std::vector<int32_t> & codes, const float * text, int n_past);
     // cb1..cb15 of one frame into codes[1..], given the talker's hidden state and codes[0].
     void predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
                        std::mt19937_64 & rng);
@@ -67,6 +73,7 @@ private:
     ggml_context * graph_ctx_ = nullptr;
     std::vector<uint8_t> graph_meta_;
     KvCache talker_cache_, pred_cache_;
+    std::atomic<bool> cancel_{false};
 };
 
 }  // namespace qtts

@@ -194,6 +194,93 @@ def test_base_model_is_refused(gguf_dir: Path):
         m.generate_codes(TEXT)
 
 
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_decode_step_logits_match_reference(models, reference_models):
+    """One KV-cached talker step (the summed frame input of spec §2.6) against the reference run
+    over the whole sequence without a cache."""
+    import torch
+
+    name, request = CASES[0]
+    m = models(name)
+    p = prompt_of(m, request, False)
+    codes = m.generate_codes(TEXT, **request, non_streaming_mode=False, max_new_tokens=3, **GREEDY).codes[0]
+    talker = reference_models(name).model.talker
+    with torch.no_grad():
+        c = torch.from_numpy(codes.astype(np.int64))
+        x = talker.model.codec_embedding(c[:1])[0] + torch.from_numpy(p.trailing[0])
+        for g in range(1, len(codes)):
+            x = x + talker.code_predictor.model.codec_embedding[g - 1](c[g:g + 1])[0]
+        seq = torch.cat([torch.from_numpy(p.embeddings), x[None]])[None]
+        out = talker(inputs_embeds=seq, use_cache=False, attention_mask=torch.ones(1, seq.shape[1], dtype=torch.long))
+    want_logits, want_hidden = out.logits[0, -1].numpy(), out.past_hidden[0, -1].numpy()
+    L = p.embeddings.shape[0]
+    m._session.talker_prefill(p.embeddings, n_ctx=L + 1)
+    logits, hidden = m._session.talker_step(codes.tolist(), p.trailing[:1], L)
+    assert _cos(logits, want_logits) >= 0.99999 and np.abs(logits - want_logits).max() <= 1e-4
+    assert _cos(hidden, want_hidden) >= 0.99999 and np.abs(hidden - want_hidden).max() <= 1e-4
+    with pytest.raises(ValueError, match="outside the cache"):
+        m._session.talker_step(codes.tolist(), p.trailing[:1], 10**6)
+
+
+@pytest.mark.parametrize("out_type", ["bf16", "q8_0"])
+def test_quantized_prefill_logits(out_type, gguf_dir: Path, models, capsys):
+    name, request = CASES[0]
+    p = prompt_of(models(name), request, True)
+    ref_logits, _ = models(name)._session.talker_prefill(p.embeddings)
+    q = qtts.load(gguf_dir / f"{name}-{out_type}.gguf", n_threads=2)
+    logits, _ = q._session.talker_prefill(p.embeddings)
+    cos = _cos(logits, ref_logits)
+    with capsys.disabled():
+        print(f"\n{out_type}: tiny CustomVoice prefill logits cosine vs F32 = {cos:.6f}")
+    assert cos > 0.99
+
+
+def test_frame_budget(models):
+    name, request = CASES[0]
+    m = models(name)
+    r = m.generate_codes(TEXT, **request, max_new_tokens=50, frame_budget=7, **GREEDY)
+    assert r.stop_reason == "budget" and r.codes.shape == (7, 16)
+    full = m.generate_codes(TEXT, **request, max_new_tokens=50, frame_budget=None, **GREEDY)
+    assert full.stop_reason == "max_new_tokens" and full.codes.shape == (49, 16)
+    np.testing.assert_array_equal(r.codes, full.codes[:7])
+    auto = m.generate_codes(TEXT, **request, max_new_tokens=400, **GREEDY)
+    assert auto.stop_reason == "budget" and auto.codes.shape[0] == 128 + int(1.4 * len(TEXT))
+    for bad in (0, -3, "big", 2.5, True):
+        with pytest.raises(ValueError, match="frame_budget"):
+            m.generate_codes(TEXT, **request, frame_budget=bad)
+
+
+def test_ctrl_c_stops_within_a_frame(models):
+    import os
+    import signal
+    import threading
+    import time
+
+    name, request = CASES[0]
+    m = models(name)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t0 = time.perf_counter()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        m.generate_codes(TEXT, **request, max_new_tokens=100_000, frame_budget=None, seed=1)
+    assert time.perf_counter() - t0 < 5.0
+    # the session is usable afterwards
+    assert m.generate_codes(TEXT, **request, max_new_tokens=3, **GREEDY).codes.shape == (2, 16)
+
+
+def test_cancel_from_another_thread(models):
+    import threading
+
+    name, request = CASES[0]
+    m = models(name)
+    threading.Timer(0.3, m.cancel).start()
+    r = m.generate_codes(TEXT, **request, max_new_tokens=100_000, frame_budget=None, seed=2)
+    assert r.stop_reason == "cancelled" and 0 < r.codes.shape[0] < 99_999
+
+
 @pytest.mark.parametrize("out_type", ["bf16", "q8_0"])
 def test_quantized_models_generate(out_type, gguf_dir: Path, models):
     # Random tiny weights make later frames chaotic under rounding, so only frame 0 is compared.

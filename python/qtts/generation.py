@@ -15,7 +15,7 @@ _SETTINGS = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty",
 @dataclass
 class GenerationResult:
     codes: np.ndarray  # [frames, 16] int32, codebook 0 first
-    stop_reason: str   # "eos" or "max_new_tokens"
+    stop_reason: str   # "eos", "max_new_tokens", "budget" (runaway guard) or "cancelled"
     seed: int          # the sampling seed used (drawn at random when none was given)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -43,6 +43,29 @@ def resolve_settings(defaults: dict[str, Any], given: dict[str, Any], seed: int 
              top_k=int(s["top_k"]), subtalker_top_k=int(s["subtalker_top_k"]),
              max_new_tokens=int(s["max_new_tokens"]), seed=int(seed))
     return s
+
+
+def frame_budget(text: str, budget: int | str | None) -> int:
+    """The runaway guard: the most frames a text may plausibly need, or 0 for no limit.
+
+    "auto" allows 128 frames (10 s) plus 1.4 frames per character and 8 per CJK or digit
+    character (digits expand into words); spoken text needs well under half of that, while a
+    generation that lost its EOS (about 1 in 200 sampled runs, peers.md §6) runs to the cap.
+    """
+    if budget is None:
+        return 0
+    if budget == "auto":
+        heavy = sum(1 for ch in text if ch.isdigit() or _is_cjk(ch))
+        return int(128 + 1.4 * (len(text) - heavy) + 8 * heavy)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"frame_budget must be 'auto', None or a positive integer, got {budget!r}")
+    return budget
+
+
+def _is_cjk(ch: str) -> bool:
+    o = ord(ch)
+    return (0x3040 <= o <= 0x30FF or 0x3400 <= o <= 0x4DBF or 0x4E00 <= o <= 0x9FFF or 0xAC00 <= o <= 0xD7AF
+            or 0xF900 <= o <= 0xFAFF or 0x20000 <= o <= 0x2FA1F)
 
 
 def per_frame_timings(raw: dict[str, float]) -> dict[str, float]:

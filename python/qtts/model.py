@@ -9,6 +9,7 @@ import numpy as np
 
 from ._native import core
 from .generation import GenerationResult, per_frame_timings, resolve_settings
+from .generation import frame_budget as frame_budget_for
 from .gguf_meta import read_tokenizer
 from .prompt import build_prompt, resolve_voice
 from .threads import resolve_threads
@@ -81,12 +82,18 @@ class Model:
                        repetition_penalty: float | None = None, subtalker_dosample: bool | None = None,
                        subtalker_top_k: int | None = None, subtalker_top_p: float | None = None,
                        subtalker_temperature: float | None = None, max_new_tokens: int | None = None,
-                       non_streaming_mode: bool | None = None, seed: int | None = None) -> GenerationResult:
+                       non_streaming_mode: bool | None = None, seed: int | None = None,
+                       frame_budget: int | str | None = "auto") -> GenerationResult:
         """Codec codes [frames, 16] for `text` (CustomVoice: a speaker; VoiceDesign: an instruct).
 
         Settings left as None take the model's generation_defaults; non_streaming_mode defaults
         to True, as in the reference's generate_custom_voice / generate_voice_design. At most
         max_new_tokens - 1 frames come out. The same seed gives the same codes.
+
+        frame_budget guards against runaway generation (a lost EOS): "auto" derives a generous
+        limit from the text, an integer sets one, None disables it. Ctrl-C or cancel() from
+        another thread stops the loop within one frame (KeyboardInterrupt / stop_reason
+        "cancelled").
         """
         settings = dict(do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature,
                         repetition_penalty=repetition_penalty, subtalker_dosample=subtalker_dosample,
@@ -94,11 +101,16 @@ class Model:
                         subtalker_temperature=subtalker_temperature, max_new_tokens=max_new_tokens)
         voice = resolve_voice(self, language=language, speaker=speaker, instruct=instruct)
         s = resolve_settings(self.generation_defaults, settings, seed)
+        s["max_frames"] = frame_budget_for(text, frame_budget)
         prompt = build_prompt(self, text, voice,
                               non_streaming_mode=True if non_streaming_mode is None else non_streaming_mode)
         with self._lock:
             codes, stop_reason, raw = self._session.generate(prompt.embeddings, prompt.trailing, s)
         return GenerationResult(codes, stop_reason, s["seed"], per_frame_timings(raw))
+
+    def cancel(self) -> None:
+        """Stop a generation running in another thread after its current frame."""
+        self._session.cancel()
 
     def __repr__(self) -> str:
         return f"qtts.Model({str(self.path)!r}, variant={self.variant!r}, size={self.size!r}, device={self.device!r})"
