@@ -1,4 +1,7 @@
 // Python bindings (qtts._core). The GIL is released while ggml computes.
+#include <algorithm>
+#include <functional>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -73,6 +76,21 @@ std::vector<float> rows(const FloatRows & a, int width, const char * what, int *
     return std::vector<float>(a.data(), a.data() + a.size());
 }
 
+// Codec codes [n, groups] from any integer array; the core checks their range.
+std::vector<int32_t> code_rows(const py::array & a, int groups, int64_t * n) {
+    if (a.ndim() != 2 || a.shape(1) != groups) throw Error(format("codes must have shape [n, %d]", groups));
+    if (a.dtype().kind() != 'i' && a.dtype().kind() != 'u') throw Error("codes must be an integer array");
+    auto v = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    *n = a.shape(0);
+    std::vector<int32_t> out(static_cast<size_t>(v.size()));
+    for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = static_cast<int32_t>(std::clamp<int64_t>(v.data()[i], -1, INT32_MAX));
+    }
+    return out;
+}
+
+py::array_t<float> samples(const std::vector<float> & v) { return py::array_t<float>(v.size(), v.data()); }
+
 py::array_t<float> matrix(const std::vector<float> & v, py::ssize_t width) {
     py::array_t<float> arr({static_cast<py::ssize_t>(v.size()) / width, width});
     std::memcpy(arr.mutable_data(), v.data(), v.size() * sizeof(float));
@@ -93,10 +111,7 @@ py::tuple talker_output(const TalkerOutput & out) {
                           py::array_t<float>(out.hidden.size(), out.hidden.data()));
 }
 
-py::tuple generate(Session & s, const FloatRows & prompt, const FloatRows & trailing, const py::dict & kw) {
-    const int d = s.model().talker.hp.n_embd, groups = s.model().talker.n_code_groups;
-    int n_prompt = 0, n_trailing = 0;
-    std::vector<float> p = rows(prompt, d, "prompt", &n_prompt), t = rows(trailing, d, "trailing", &n_trailing);
+GenerateParams generate_params(const py::dict & kw) {
     GenerateParams gp;
     gp.talker = sampling(kw["do_sample"].cast<bool>(), kw["temperature"].cast<float>(), kw["top_k"].cast<int>(),
                          kw["top_p"].cast<float>());
@@ -106,10 +121,14 @@ py::tuple generate(Session & s, const FloatRows & prompt, const FloatRows & trai
     gp.max_new_tokens = kw["max_new_tokens"].cast<int>();
     gp.seed = kw["seed"].cast<uint64_t>();
     gp.max_frames = kw["max_frames"].cast<int>();
-    // Ctrl-C: the loop polls Python's signal handlers once per frame; a raised
-    // KeyboardInterrupt stops the generation and propagates once the GIL is back.
+    return gp;
+}
+
+// Runs `body` without the GIL while the loop polls Python's signal handlers once per frame:
+// a KeyboardInterrupt raised by Ctrl-C stops the generation and propagates once the GIL is back.
+GenerateResult interruptible(const std::function<GenerateResult(const std::function<bool()> &)> & body) {
     bool interrupted = false;
-    gp.should_stop = [&interrupted]() {
+    auto should_stop = [&interrupted]() {
         py::gil_scoped_acquire gil;
         interrupted = PyErr_CheckSignals() != 0;
         return interrupted;
@@ -117,17 +136,51 @@ py::tuple generate(Session & s, const FloatRows & prompt, const FloatRows & trai
     GenerateResult r;
     {
         py::gil_scoped_release release;
-        r = s.generate(p, n_prompt, t, n_trailing, gp);
+        r = body(should_stop);
     }
     if (interrupted) throw py::error_already_set();
-    py::array_t<int32_t> codes({static_cast<py::ssize_t>(r.frames), static_cast<py::ssize_t>(groups)});
+    return r;
+}
+
+py::tuple generate_result(const Session & s, const GenerateResult & r) {
+    const py::ssize_t groups = s.model().talker.n_code_groups;
+    py::array_t<int32_t> codes({static_cast<py::ssize_t>(r.frames), groups});
     if (!r.codes.empty()) std::memcpy(codes.mutable_data(), r.codes.data(), r.codes.size() * sizeof(int32_t));
     py::dict timings;
     timings["prefill_ms"] = r.prefill_ms;
     timings["talker_ms"] = r.talker_ms;
     timings["predictor_ms"] = r.predictor_ms;
-    timings["frames"] = r.frames;
-    return py::make_tuple(codes, r.stop_reason, timings);
+    py::object reason = r.stop_reason.empty() ? py::object(py::none()) : py::object(py::str(r.stop_reason));
+    return py::make_tuple(codes, reason, timings);
+}
+
+py::tuple generate(Session & s, const FloatRows & prompt, const FloatRows & trailing, const py::dict & kw) {
+    const int d = s.model().talker.hp.n_embd;
+    int n_prompt = 0, n_trailing = 0;
+    std::vector<float> p = rows(prompt, d, "prompt", &n_prompt), t = rows(trailing, d, "trailing", &n_trailing);
+    GenerateParams gp = generate_params(kw);
+    GenerateResult r = interruptible([&](const std::function<bool()> & stop) {
+        gp.should_stop = stop;
+        return s.generate(p, n_prompt, t, n_trailing, gp);
+    });
+    py::tuple out = generate_result(s, r);
+    out[2].cast<py::dict>()["frames"] = r.frames;
+    return out;
+}
+
+void generate_begin(Session & s, const FloatRows & prompt, const FloatRows & trailing, const py::dict & kw) {
+    const int d = s.model().talker.hp.n_embd;
+    int n_prompt = 0, n_trailing = 0;
+    std::vector<float> p = rows(prompt, d, "prompt", &n_prompt), t = rows(trailing, d, "trailing", &n_trailing);
+    GenerateParams gp = generate_params(kw);
+    py::gil_scoped_release release;
+    s.generate_begin(p, n_prompt, t, n_trailing, gp);
+}
+
+py::tuple generate_next(Session & s, int max_frames) {
+    if (max_frames < 1) throw Error(format("generate_next: max_frames must be at least 1, got %d", max_frames));
+    GenerateResult r = interruptible([&](const std::function<bool()> & stop) { return s.generate_next(max_frames, stop); });
+    return generate_result(s, r);
 }
 
 }  // namespace
@@ -256,6 +309,45 @@ PYBIND11_MODULE(_core, mod) {
                  }
                  return matrix(out, s.model().talker.hp.n_embd);
              })
+        .def("decode",
+             [](Session & s, const py::array & codes) {
+                 int64_t n = 0;
+                 std::vector<int32_t> c = code_rows(codes, s.model().codec_decoder.n_quantizers, &n);
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.decode(c, n);
+                 }
+                 return samples(out);
+             },
+             py::arg("codes"), "Waveform [n * hop] of codes [n, n_quantizers], as the reference's chunked decode.")
+        .def("decode_stream_reset", &Session::decode_stream_reset, "Start a new codec stream.")
+        .def("decode_stream_push",
+             [](Session & s, const py::array & codes) {
+                 int64_t n = 0;
+                 std::vector<int32_t> c = code_rows(codes, s.model().codec_decoder.n_quantizers, &n);
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.decode_stream_push(c, n);
+                 }
+                 return samples(out);
+             },
+             py::arg("codes"), "The samples of the next frames of the stream, [n * hop].")
+        .def("decode_stages",
+             [](Session & s, const py::array & codes, const std::vector<std::string> & names) {
+                 int64_t n = 0;
+                 std::vector<int32_t> c = code_rows(codes, s.model().codec_decoder.n_quantizers, &n);
+                 std::vector<CodecStage> got;
+                 {
+                     py::gil_scoped_release release;
+                     got = s.decode_stages(c, n, names);
+                 }
+                 py::dict d;
+                 for (size_t i = 0; i < names.size(); ++i) d[py::str(names[i])] = matrix(got[i].data, got[i].width);
+                 return d;
+             },
+             py::arg("codes"), py::arg("names"), "Named decoder intermediates, each [time, channels].")
         .def("talker_prefill",
              [](Session & s, const FloatRows & embd, int n_ctx) {
                  int n = 0;
@@ -284,5 +376,9 @@ PYBIND11_MODULE(_core, mod) {
              py::arg("codes"), py::arg("text"), py::arg("n_past"),
              "Debug: one decode step after talker_prefill; (logits, normed hidden state).")
         .def("cancel", &Session::cancel, "Stop a generation in progress after the current frame (any thread).")
-        .def("generate", &generate, py::arg("prompt"), py::arg("trailing"), py::arg("params"));
+        .def("generate", &generate, py::arg("prompt"), py::arg("trailing"), py::arg("params"))
+        .def("generate_begin", &generate_begin, py::arg("prompt"), py::arg("trailing"), py::arg("params"),
+             "Start a stepwise generation: validate, size the cache, prefill.")
+        .def("generate_next", &generate_next, py::arg("max_frames"),
+             "Up to max_frames more frames: (codes [n, 16], stop reason or None while running, timing totals).");
 }

@@ -2,6 +2,7 @@
 // and one talker step, sampling cb0 from the talker and cb1..15 from the predictor.
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "code_predictor.h"
 #include "error.h"
@@ -93,67 +94,92 @@ void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32
     }
 }
 
-GenerateResult Session::generate(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
-                                 int n_trailing, const GenerateParams & p) {
+void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
+                             int n_trailing, const GenerateParams & p) {
     const Model & m = *model_;
-    const int d = m.talker.hp.n_embd, groups = m.talker.n_code_groups, eos = m.codec_ids.eos;
+    const int d = m.talker.hp.n_embd, groups = m.talker.n_code_groups;
     if (p.max_new_tokens < 1) fail("max_new_tokens must be at least 1, got %d", p.max_new_tokens);
     if (p.max_frames < 0) fail("the frame budget must not be negative, got %d", p.max_frames);
     if (n_trailing < 0 || trailing.size() != static_cast<size_t>(n_trailing) * d) {
         fail("trailing text: expected [%d, %d] values, got %zu", n_trailing, d, trailing.size());
     }
-    if (eos < 0 || eos >= m.talker.codec_vocab) fail("codec EOS id %d is outside the codec vocabulary", eos);
-    const std::vector<float> pad = text_embed({m.text_ids.pad});
-
-    GenerateResult r;
-    std::mt19937_64 rng(p.seed);
+    if (m.codec_ids.eos < 0 || m.codec_ids.eos >= m.talker.codec_vocab) {
+        fail("codec EOS id %d is outside the codec vocabulary", m.codec_ids.eos);
+    }
+    gen_.reset();
+    auto g = std::make_unique<GenerationState>();
+    g->p = p;
+    g->rng.seed(p.seed);
+    g->trailing = trailing;
+    g->pad = text_embed({m.text_ids.pad});
+    g->n_prompt = n_prompt;
+    g->n_trailing = n_trailing;
+    // The Hugging Face suppression is the top 1024 ids (spec §4), whatever the vocabulary.
+    g->suppress_begin = m.talker.codec_vocab - 1024;
+    g->frame.resize(groups);
     // Positions used: the prompt, then one per fed frame (at most max_new_tokens - 1, and at most
     // the budget): the cache is sized to this request, not to a fixed maximum.
     int max_fed = p.max_new_tokens - 1;
     if (p.max_frames > 0) max_fed = std::min(max_fed, p.max_frames);
     talker_cache_.reserve(backend_, m.talker.hp, n_prompt + std::max(max_fed, 1));
-    cancel_.store(false);
     pred_cache_.reserve(backend_, m.code_pred.hp, groups);
-
+    cancel_.store(false);
     auto t0 = Clock::now();
-    TalkerOutput out = talker_prefill(prompt, n_prompt);
-    r.prefill_ms = ms_since(t0);
+    g->out = talker_prefill(prompt, n_prompt);
+    g->total.prefill_ms = ms_since(t0);
+    gen_ = std::move(g);
+}
 
-    // The Hugging Face suppression is the top 1024 ids (spec §4), whatever the vocabulary.
-    const int suppress_begin = m.talker.codec_vocab - 1024;
-    std::vector<int32_t> history;
-    std::vector<int32_t> frame(groups);
-    for (;;) {
-        talker_logits_processors(out.logits, history, p.repetition_penalty, eos, /*min_new=*/2, suppress_begin);
-        const int32_t cb0 = select_token(out.logits, p.talker, rng);
-        history.push_back(cb0);
+GenerateResult Session::generate_next(int max_frames, const std::function<bool()> & should_stop) {
+    if (!gen_) fail("no generation in progress (call generate_begin first)");
+    GenerationState & g = *gen_;
+    const Model & m = *model_;
+    const int d = m.talker.hp.n_embd, eos = m.codec_ids.eos;
+    GenerateResult chunk;
+    while (g.total.stop_reason.empty() && chunk.frames < max_frames) {
+        if (g.need_step) {
+            const int f = g.total.frames - 1;
+            const float * text = f < g.n_trailing ? g.trailing.data() + static_cast<size_t>(f) * d : g.pad.data();
+            auto t0 = Clock::now();
+            g.out = talker_step(g.frame, text, g.n_prompt + f);
+            g.total.talker_ms += ms_since(t0);
+            g.need_step = false;
+        }
+        talker_logits_processors(g.out.logits, g.history, g.p.repetition_penalty, eos, /*min_new=*/2,
+                                 g.suppress_begin);
+        const int32_t cb0 = select_token(g.out.logits, g.p.talker, g.rng);
+        g.history.push_back(cb0);
         if (cb0 == eos) {
-            r.stop_reason = "eos";
-            break;
+            g.total.stop_reason = "eos";
+        } else if (static_cast<int>(g.history.size()) >= g.p.max_new_tokens) {
+            g.total.stop_reason = "max_new_tokens";
+        } else if (g.p.max_frames > 0 && g.total.frames >= g.p.max_frames) {
+            g.total.stop_reason = "budget";
+        } else if (cancel_.load() || (should_stop && should_stop())) {
+            g.total.stop_reason = "cancelled";
         }
-        if (static_cast<int>(history.size()) >= p.max_new_tokens) {
-            r.stop_reason = "max_new_tokens";
-            break;
-        }
-        if (p.max_frames > 0 && r.frames >= p.max_frames) {
-            r.stop_reason = "budget";
-            break;
-        }
-        if (cancel_.load() || (p.should_stop && p.should_stop())) {
-            r.stop_reason = "cancelled";
-            break;
-        }
-        frame[0] = cb0;
-        t0 = Clock::now();
-        predict_frame(out.hidden, frame, p.predictor, rng);
-        r.predictor_ms += ms_since(t0);
-        r.codes.insert(r.codes.end(), frame.begin(), frame.end());
-        const float * text = r.frames < n_trailing ? trailing.data() + static_cast<size_t>(r.frames) * d : pad.data();
-        t0 = Clock::now();
-        out = talker_step(frame, text, n_prompt + r.frames);
-        r.talker_ms += ms_since(t0);
-        ++r.frames;
+        if (!g.total.stop_reason.empty()) break;
+        g.frame[0] = cb0;
+        auto t0 = Clock::now();
+        predict_frame(g.out.hidden, g.frame, g.p.predictor, g.rng);
+        g.total.predictor_ms += ms_since(t0);
+        chunk.codes.insert(chunk.codes.end(), g.frame.begin(), g.frame.end());
+        ++chunk.frames;
+        ++g.total.frames;
+        g.need_step = true;
     }
+    chunk.stop_reason = g.total.stop_reason;
+    chunk.prefill_ms = g.total.prefill_ms;
+    chunk.talker_ms = g.total.talker_ms;
+    chunk.predictor_ms = g.total.predictor_ms;
+    return chunk;
+}
+
+GenerateResult Session::generate(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
+                                 int n_trailing, const GenerateParams & p) {
+    generate_begin(prompt, n_prompt, trailing, n_trailing, p);
+    GenerateResult r = generate_next(std::numeric_limits<int>::max(), p.should_stop);
+    gen_.reset();
     return r;
 }
 

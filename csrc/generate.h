@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,18 @@ struct GenerateResult {
 struct TalkerOutput {
     std::vector<float> logits;  // [codec vocab]
     std::vector<float> hidden;  // final-normed hidden state [D]
+};
+
+// A generation in progress (Session::generate_begin / generate_next).
+struct GenerationState {
+    GenerateParams p;
+    std::mt19937_64 rng;
+    std::vector<float> trailing, pad;
+    int n_prompt = 0, n_trailing = 0, suppress_begin = 0;
+    std::vector<int32_t> history, frame;
+    TalkerOutput out;
+    bool need_step = false;  // the last emitted frame has not been fed to the talker yet
+    GenerateResult total;    // frames, stop reason and timings so far (codes stay empty)
 };
 
 }  // namespace qtts

@@ -198,7 +198,12 @@ void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
     }
     c.rvq_first_out = f.tensor(tn::DEC_RVQ_FIRST_OUT, {half, cd}, WeightKind::F32);
     c.rvq_rest_out = f.tensor(tn::DEC_RVQ_REST_OUT, {half, cd}, WeightKind::F32);
-    c.pre_conv = f.tensor(tn::DEC_PRE_CONV, {3, cd, lat}, WeightKind::F32);
+    // conv-GEMM weights: k taps of `in` channels into n outputs, stored as panels [P, in, k, n/P]
+    auto gemm = [&](const std::string & name, int64_t k, int64_t in, int64_t n) {
+        const int64_t p = n % 16 == 0 ? 16 : n;
+        return f.tensor(name, {p, in, k, n / p}, WeightKind::F32);
+    };
+    c.pre_conv = gemm(tn::DEC_PRE_CONV, 3, cd, lat);
     c.pre_conv_b = f.tensor(tn::DEC_PRE_CONV_B, {lat}, WeightKind::F32);
     c.tfm_in = f.tensor(tn::DEC_TFM_IN, {lat, h}, WeightKind::F32);
     c.tfm_in_b = f.tensor(tn::DEC_TFM_IN_B, {h}, WeightKind::F32);
@@ -209,9 +214,9 @@ void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
     for (size_t i = 0; i < c.upsampling_ratios.size(); ++i) {
         const int u = static_cast<int>(i);
         CodecDecoderWeights::Upsample up;
-        up.conv = f.tensor(format(tn::DEC_UP_CONV, u), {c.upsampling_ratios[i], lat, lat}, WeightKind::F32);
+        up.conv = gemm(format(tn::DEC_UP_CONV, u), 1, lat, c.upsampling_ratios[i] * lat);
         up.conv_b = f.tensor(format(tn::DEC_UP_CONV_B, u), {lat}, WeightKind::F32);
-        up.dwconv = f.tensor(format(tn::DEC_UP_DWCONV, u), {7, lat}, WeightKind::F32);
+        up.dwconv = f.tensor(format(tn::DEC_UP_DWCONV, u), {lat, 7}, WeightKind::F32);
         up.dwconv_b = f.tensor(format(tn::DEC_UP_DWCONV_B, u), {lat}, WeightKind::F32);
         up.norm = f.tensor(format(tn::DEC_UP_NORM, u), {lat}, WeightKind::F32);
         up.norm_b = f.tensor(format(tn::DEC_UP_NORM_B, u), {lat}, WeightKind::F32);
@@ -223,21 +228,21 @@ void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
         c.upsample.push_back(up);
     }
     const int64_t dd = c.decoder_dim;
-    c.voc_in = f.tensor(tn::DEC_VOC_IN, {7, lat, dd}, WeightKind::F32);
+    c.voc_in = gemm(tn::DEC_VOC_IN, 7, lat, dd);
     c.voc_in_b = f.tensor(tn::DEC_VOC_IN_B, {dd}, WeightKind::F32);
     for (int b = 0; b < n_voc; ++b) {
         const int64_t in = dd >> b, out = dd >> (b + 1), r = c.upsample_rates[b];
         CodecDecoderWeights::VocBlock blk;
         blk.snake = load_snake(f, format(tn::DEC_VOC_SNAKE_A, b), format(tn::DEC_VOC_SNAKE_B, b), in);
-        blk.up = f.tensor(format(tn::DEC_VOC_UP, b), {2 * r, out, in}, WeightKind::F32);
+        blk.up = gemm(format(tn::DEC_VOC_UP, b), 1, in, 2 * r * out);
         blk.up_b = f.tensor(format(tn::DEC_VOC_UP_B, b), {out}, WeightKind::F32);
         for (int j = 0; j < 3; ++j) {
             CodecDecoderWeights::Residual res;
             res.snake1 = load_snake(f, format(tn::DEC_RES_SNAKE1_A, b, j), format(tn::DEC_RES_SNAKE1_B, b, j), out);
-            res.conv1 = f.tensor(format(tn::DEC_RES_CONV1, b, j), {7, out, out}, WeightKind::F32);
+            res.conv1 = gemm(format(tn::DEC_RES_CONV1, b, j), 7, out, out);
             res.conv1_b = f.tensor(format(tn::DEC_RES_CONV1_B, b, j), {out}, WeightKind::F32);
             res.snake2 = load_snake(f, format(tn::DEC_RES_SNAKE2_A, b, j), format(tn::DEC_RES_SNAKE2_B, b, j), out);
-            res.conv2 = f.tensor(format(tn::DEC_RES_CONV2, b, j), {out, out}, WeightKind::F32);
+            res.conv2 = gemm(format(tn::DEC_RES_CONV2, b, j), 1, out, out);
             res.conv2_b = f.tensor(format(tn::DEC_RES_CONV2_B, b, j), {out}, WeightKind::F32);
             blk.res.push_back(res);
         }
@@ -245,7 +250,7 @@ void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
     }
     const int64_t last = dd >> n_voc;
     c.out_snake = load_snake(f, tn::DEC_OUT_SNAKE_A, tn::DEC_OUT_SNAKE_B, last);
-    c.out_conv = f.tensor(tn::DEC_OUT_CONV, {7, last, 1}, WeightKind::F32);
+    c.out_conv = gemm(tn::DEC_OUT_CONV, 7, last, 1);
     c.out_conv_b = f.tensor(tn::DEC_OUT_CONV_B, {1}, WeightKind::F32);
 }
 
@@ -342,8 +347,8 @@ Model::Model(const std::string & path_, const std::string & device_name) : path(
     GgufFile & f = *file_;
     file_size = f.file_size();
     const uint32_t version = f.u32(kv::FORMAT_VERSION);
-    if (version != 1) {
-        fail("%s: format version %u is not supported by this qtts (expected 1); re-convert the checkpoint",
+    if (version != 2) {
+        fail("%s: format version %u is not supported by this qtts (expected 2); re-convert the checkpoint",
              path.c_str(), version);
     }
     name = f.has(kv::MODEL_NAME) ? f.str(kv::MODEL_NAME) : "";

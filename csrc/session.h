@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "codec_decoder.h"
 #include "decoder.h"
 #include "generate.h"
 #include "ggml-backend.h"
@@ -45,6 +46,13 @@ public:
     // One talker step after a prefill: the frame's 16 codes and text vector fed at position n_past.
     TalkerOutput talker_step(const std::vector<int32_t> & codes, const float * text, int n_past);
 
+    // Stepwise generation for streaming: begin (validates, sizes the cache, prefills), then
+    // next(n) runs up to n frames and returns their codes; the returned stop_reason is set once
+    // the generation ended, and the timings are totals so far.
+    void generate_begin(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
+                        int n_trailing, const GenerateParams & p);
+    GenerateResult generate_next(int max_frames, const std::function<bool()> & should_stop);
+
     // Ask a generation in progress (from any thread) to stop after the current frame.
     void cancel() { cancel_.store(true); }
 
@@ -52,6 +60,16 @@ public:
     // ([n_trailing, D], then PAD).
     GenerateResult generate(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
                             int n_trailing, const GenerateParams & p);
+
+    // The codec decoder (codec_decoder.cpp); codes are [n, n_quantizers] row-major. decode()
+    // reproduces the reference's chunked decode; a stream gives the same samples, bit for bit,
+    // however its frames are split into pushes.
+    std::vector<float> decode(const std::vector<int32_t> & codes, int64_t n);
+    void decode_stream_reset();
+    std::vector<float> decode_stream_push(const std::vector<int32_t> & codes, int64_t n);
+    // Named intermediates ("cd.rvq", "cd.tfm", ...) of one graph over n <= 300 frames.
+    std::vector<CodecStage> decode_stages(const std::vector<int32_t> & codes, int64_t n,
+                                          const std::vector<std::string> & stages);
 
 private:
     // Build a graph with `build`, allocate it, let `set_inputs` fill the inputs, compute.
@@ -63,6 +81,9 @@ private:
     // cb1..cb15 of one frame into codes[1..], given the talker's hidden state and codes[0].
     void predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
                        std::mt19937_64 & rng);
+    std::vector<float> codec_run(CodecState & st, const int32_t * codes, int64_t n,
+                                 const std::vector<std::string> & stages, std::vector<CodecStage> * got);
+    void codec_push(CodecStream & s, const int32_t * codes, int64_t n, std::vector<float> & out);
 
     std::shared_ptr<const Model> model_;
     int n_threads_ = 1;
@@ -74,6 +95,9 @@ private:
     std::vector<uint8_t> graph_meta_;
     KvCache talker_cache_, pred_cache_;
     std::atomic<bool> cancel_{false};
+    std::unique_ptr<GenerationState> gen_;
+    void require_cpu_codec() const;
+    CodecStream codec_stream_;
 };
 
 }  // namespace qtts

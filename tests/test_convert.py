@@ -53,6 +53,8 @@ def _expected(ck: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             exp[name] = np.exp(v)
         elif re.search(r"\.(beta)$", name):
             exp[name] = 1.0 / (np.exp(v) + 1e-9)
+        elif name.startswith("decoder.") and not name.startswith("decoder.quantizer.") and v.ndim == 3:
+            exp[name] = _codec_decoder_conv(name, v)
         elif v.ndim == 3 and v.shape[-1] == 1:
             exp[name] = v[..., 0]
         elif "dwconv" in name and v.ndim == 3:
@@ -60,6 +62,26 @@ def _expected(ck: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         else:
             exp[name] = v
     return exp
+
+
+def _panels(w: np.ndarray) -> np.ndarray:
+    """[k, in, n] -> [n/P, k, in, P], P = 16 if 16 divides n else n: the conv-GEMM panel layout."""
+    k, cin, n = w.shape
+    p = 16 if n % 16 == 0 else n
+    out = np.empty((n // p, k, cin, p), w.dtype)
+    for j in range(n // p):
+        out[j] = w[:, :, j * p:(j + 1) * p]
+    return out
+
+
+def _codec_decoder_conv(name: str, v: np.ndarray) -> np.ndarray:
+    """Codec-decoder convs are stored for its conv-GEMM (format version 2)."""
+    if "dwconv" in name:
+        return v[:, 0, :].T                      # [C,1,k] -> [k,C]
+    if re.fullmatch(r"decoder\.(upsample\.\d+\.0|decoder\.\d+\.block\.1)\.conv\.weight", name):
+        cin, cout, k = v.shape                   # ConvTranspose1d: one tap into k*out outputs, tap-major
+        return _panels(np.stack([v[:, :, j] for j in range(k)], axis=1).reshape(1, cin, k * cout))
+    return _panels(np.stack([v[:, :, j].T for j in range(v.shape[-1])]))   # Conv1d [out,in,k]
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -94,13 +116,18 @@ def test_named_spot_checks(name: str, fixture_root: Path, gguf_dir: Path) -> Non
         "code_pred.codec_embd.14.weight": "talker.code_predictor.model.codec_embedding.14.weight",
         "code_pred.lm_head.7.weight": "talker.code_predictor.lm_head.7.weight",
         "codec_dec.pre_tfm.blk.1.attn_scale": "decoder.pre_transformer.layers.1.self_attn_layer_scale.scale",
-        "codec_dec.voc.blk.3.up.weight": "decoder.decoder.4.block.1.conv.weight",
-        "codec_dec.voc.blk.2.res.1.conv1.weight": "decoder.decoder.3.block.3.conv1.conv.weight",
         "codec_enc.layers.9.conv.weight": "encoder.encoder.layers.9.conv.weight",
         "codec_enc.tfm.blk.1.ffn_up.weight": "encoder.encoder_transformer.layers.1.mlp.fc1.weight",
     }
     for g, h in pairs.items():
         np.testing.assert_array_equal(got[g], ck[h], err_msg=g)
+    up, conv1 = ck["decoder.decoder.4.block.1.conv.weight"], ck["decoder.decoder.3.block.3.conv1.conv.weight"]
+    got_up, got_conv1 = got["codec_dec.voc.blk.3.up.weight"], got["codec_dec.voc.blk.2.res.1.conv1.weight"]
+    n_up = up.shape[1] * up.shape[2]
+    p_up = 16 if n_up % 16 == 0 else n_up
+    # output j = tap * out + channel lives in panel j // P, lane j % P
+    np.testing.assert_array_equal(got_up[1 // p_up, 0, :, 1 % p_up], up[:, 1, 0])
+    np.testing.assert_array_equal(got_conv1[0, 4, :, 1], conv1[1, :, 4])
     np.testing.assert_allclose(got["codec_dec.rvq.codebook.3"],
                                ck["decoder.quantizer.rvq_rest.vq.layers.2._codebook.embedding_sum"]
                                / np.maximum(ck["decoder.quantizer.rvq_rest.vq.layers.2._codebook.cluster_usage"],

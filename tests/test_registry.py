@@ -37,3 +37,19 @@ def test_registry_and_unknown_repo(tmp_path: Path) -> None:
     assert {r.variant for r in MODELS.values()} == {"base", "custom_voice", "voice_design"}
     with pytest.raises(ValueError, match="not a released Qwen3-TTS"):
         fetch("someone/else", tmp_path)
+
+
+def test_load_by_repo_id(fixture_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo_id = "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("QTTS_CACHE", str(tmp_path / "qtts-cache"))
+    import huggingface_hub.constants as c
+
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+    _fake_cache(tmp_path / "hf", repo_id, fixture_root / "tiny_voice_design")
+    m = qtts.load(repo_id, n_threads=1, convert_type="bf16")
+    assert m.variant == "voice_design"
+    assert m.path == tmp_path / "qtts-cache" / "Qwen3-TTS-12Hz-1.7B-VoiceDesign-bf16.gguf"
+    with pytest.raises(FileNotFoundError):
+        qtts.load(tmp_path / "missing.gguf")

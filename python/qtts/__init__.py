@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from ._native import core as _core
+from .audio import Audio, AudioChunk, Timings
 from .inspect import ModelInfo, inspect
 from .model import Model, load
+from .text import split_text
 
-__all__ = ["Model", "ModelInfo", "inspect", "load"]
+__all__ = ["Audio", "AudioChunk", "Model", "ModelInfo", "Timings", "inspect", "load", "split_text"]
 __version__ = "0.1.0"

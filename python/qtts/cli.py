@@ -1,9 +1,28 @@
-"""`qtts-cli`: convert checkpoints and inspect model files."""
+"""`qtts-cli`: speak text, convert checkpoints and inspect model files.
+
+`speak` is the default command, so `qtts-cli -m model.gguf -p "Hello" -o hello.wav` works too.
+"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
+import json
+import os
+import secrets
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+COMMANDS = ("speak", "convert", "info", "speakers", "languages")
+AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
+SPLIT_ABOVE_CHARS = 200  # longer inputs are synthesized sentence by sentence unless --no-split
+
+
+class CliError(Exception):
+    """A user error: printed as `qtts-cli: error: ...`, exit status 1."""
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -24,9 +43,251 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list(args: argparse.Namespace) -> int:
+    from . import load
+
+    model = load(args.model, device="cpu")
+    for name in (model.speakers if args.command == "speakers" else model.languages):
+        print(name)
+    return 0
+
+
+# --- speak -------------------------------------------------------------------------------------
+
+def _frame_budget(value: str) -> int | str | None:
+    v = value.strip().lower()
+    if v in ("auto", "none"):
+        return None if v == "none" else "auto"
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or a positive integer, got {value!r}")
+    return n
+
+
+def _read_text(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    if args.file is not None:
+        if args.file == "-":
+            return sys.stdin.read()
+        try:
+            return Path(args.file).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise CliError(f"{args.file}: not UTF-8 text") from None
+    if sys.stdin is None or sys.stdin.isatty():
+        raise CliError("no text: pass -p TEXT, -f FILE or pipe text on stdin")
+    return sys.stdin.read()
+
+
+def _check_output(path: str) -> None:
+    """Fail before generation on an output that cannot be written."""
+    if path == "-":
+        return
+    p = Path(path)
+    if p.suffix.lower() not in AUDIO_EXTENSIONS:
+        raise CliError(f"{path}: unsupported audio extension {p.suffix or '(none)'!r} (use .wav, .flac or .ogg)")
+    if p.is_dir():
+        raise CliError(f"{path} is a directory")
+    parent = p.parent
+    if not parent.is_dir():
+        raise CliError(f"{path}: output directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise CliError(f"{path}: not writable")
+
+
+def _check_output_dir(path: str) -> None:
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise CliError(f"--output-dir {path}: not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"--output-dir {path}: cannot create it ({e.strerror or e})") from None
+    if not os.access(p, os.W_OK):
+        raise CliError(f"--output-dir {path}: not writable")
+
+
+def _need_soundfile() -> None:
+    try:
+        import soundfile  # noqa: F401
+    except ImportError:
+        raise CliError("writing audio files needs soundfile: pip install soundfile (or use --raw)") from None
+
+
+def _refuse_tty_stdout(what: str) -> None:
+    if sys.stdout.isatty():
+        raise CliError(f"refusing to write {what} to a terminal; redirect stdout or pipe it into a player")
+
+
+def _sampling(args: argparse.Namespace) -> dict[str, Any]:
+    s = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "repetition_penalty", "max_new_tokens")
+         if getattr(args, k) is not None}
+    if args.greedy:
+        s.update(do_sample=False, subtalker_dosample=False)
+    return s
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    return not args.quiet and sys.stderr.isatty()
+
+
+def _synth(model: Any, text: str, kw: dict[str, Any]) -> tuple[Any, str, Any]:
+    """Eager synthesis: (samples, stop_reason, timings)."""
+    audio = model.synthesize(text, **kw)
+    return audio.samples, audio.stop_reason, audio.timings
+
+
+def _stream_raw(model: Any, text: str, kw: dict[str, Any], args: argparse.Namespace) -> tuple[None, str, Any]:
+    """Stream s16le PCM to stdout as it is generated: (None, stop_reason, timings)."""
+    from .audio import Timings, pcm16
+
+    timings, out, frames, n, reason = Timings(), sys.stdout.buffer, 0, 0, "eos"
+    t0 = time.perf_counter()
+    chunks = model.stream(text, timings=timings, **kw)
+    try:
+        for chunk in chunks:
+            out.write(pcm16(chunk.samples))
+            out.flush()
+            frames, n = frames + len(chunk.codes), n + len(chunk.samples)
+            reason = chunk.stop_reason or reason
+            if _progress(args):
+                secs = n / model.sample_rate
+                rtf = (time.perf_counter() - t0) / secs if secs else 0.0
+                print(f"\r{frames} frames, {secs:.2f} s of audio, RTF {rtf:.2f}", end="", file=sys.stderr)
+    finally:
+        chunks.close()
+        if _progress(args):
+            print(file=sys.stderr)
+    return None, reason, timings
+
+
+def _write(samples: Any, sample_rate: int, dest: str) -> None:
+    if dest == "-":
+        import soundfile as sf
+
+        buf = io.BytesIO()
+        sf.write(buf, samples, sample_rate, format="WAV", subtype="PCM_16")
+        sys.stdout.buffer.write(buf.getvalue())
+        sys.stdout.buffer.flush()
+    else:
+        from .audio import save_audio
+
+        save_audio(dest, samples, sample_rate)
+
+
+def _speak(args: argparse.Namespace) -> int:
+    text = _read_text(args)
+    if args.output_dir is not None:
+        jobs = [line.strip() for line in text.splitlines() if line.strip()]
+        if not jobs:
+            raise CliError("no text: the input has no non-empty lines")
+        width = max(3, len(str(len(jobs))))
+        dests = [str(Path(args.output_dir) / f"{i:0{width}d}.wav") for i in range(1, len(jobs) + 1)]
+    else:
+        if not text.strip():
+            raise CliError("no text: the input is empty")
+        jobs, dests = [text.strip()], ["-" if args.raw else args.output]
+    if args.raw:
+        _refuse_tty_stdout("raw PCM")
+    elif args.output_dir is not None:
+        _check_output_dir(args.output_dir)
+        _need_soundfile()
+    else:
+        _check_output(args.output)
+        _need_soundfile()
+        if args.output == "-":
+            _refuse_tty_stdout("audio")
+    to_stdout = args.raw or (args.output == "-" and args.output_dir is None)
+
+    from . import load
+
+    model = load(args.model, n_threads=args.threads, device=args.device)
+    seed = secrets.randbits(63) if args.seed is None else args.seed
+    kw = dict(speaker=args.speaker, language=args.language, instruct=args.instruct, seed=seed,
+              frame_budget=args.frame_budget, **_sampling(args))
+    sr = model.sample_rate
+    if args.raw and not args.quiet:
+        print(f"qtts-cli: raw s16le PCM, {sr} Hz mono on stdout; play it with\n"
+              f"  ... | ffplay -f s16le -ar {sr} -ac 1 -nodisp -autoexit -\n"
+              f"  ... | aplay -f S16_LE -r {sr} -c 1", file=sys.stderr)
+    outputs = []
+    for job, dest in zip(jobs, dests):
+        kw["split_sentences"] = not args.no_split and len(job) > SPLIT_ABOVE_CHARS
+        if args.raw:
+            samples, reason, timings = _stream_raw(model, job, kw, args)
+        else:
+            samples, reason, timings = _synth(model, job, kw)
+            _write(samples, sr, dest)
+        outputs.append(dict(output=dest, text=job, frames=timings.frames, audio_seconds=timings.audio_seconds,
+                            stop_reason=reason, timings=dataclasses.asdict(timings)))
+        if _progress(args):
+            where = "stdout" if dest == "-" else dest
+            print(f"{where}: {timings.audio_seconds:.2f} s of audio, {timings.frames} frames, "
+                  f"RTF {timings.rtf:.2f}, stop: {reason}", file=sys.stderr)
+        if args.timings:
+            if len(jobs) > 1:
+                print(f"--- {dest}", file=sys.stderr)
+            print(timings.format(), file=sys.stderr)
+        if reason == "cancelled":
+            break
+    if args.json:
+        report = dict(model=str(model.path), variant=model.variant, device=model.device, sample_rate=sr,
+                      speaker=args.speaker, language=args.language, instruct=args.instruct, seed=seed,
+                      outputs=outputs)
+        print(json.dumps(report, indent=2, ensure_ascii=False), file=sys.stderr if to_stdout else sys.stdout)
+    return 0
+
+
+def _add_speak(sub: Any) -> None:
+    s = sub.add_parser("speak", help="synthesize speech (the default command)",
+                       description="Synthesize speech from -p TEXT, -f FILE or stdin.")
+    s.add_argument("-m", "--model", required=True, help="a qtts .gguf file or a Hugging Face repo id")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("-p", "--prompt", help="the text to speak")
+    src.add_argument("-f", "--file", help="read the text from FILE ('-': stdin)")
+    dst = s.add_mutually_exclusive_group()
+    dst.add_argument("-o", "--output", default="output.wav",
+                     help="output .wav/.flac/.ogg, '-' for a WAV on stdout (default: output.wav)")
+    dst.add_argument("--output-dir", help="one WAV per non-empty input line: DIR/001.wav, 002.wav ...")
+    dst.add_argument("--raw", action="store_true",
+                     help="stream raw s16le mono PCM to stdout while generating (pipe into ffplay/aplay)")
+    v = s.add_argument_group("voice")
+    v.add_argument("--speaker", help="speaker name (custom_voice models; see `qtts-cli speakers MODEL`)")
+    v.add_argument("--language", default="auto", help="language (default: auto; see `qtts-cli languages MODEL`)")
+    v.add_argument("--instruct", help="voice / style instruction (voice_design models, 1.7B custom_voice)")
+    g = s.add_argument_group("sampling (defaults: the model's generation_config)")
+    g.add_argument("-s", "--seed", type=int, help="sampling seed (default: random, reported by --json)")
+    g.add_argument("--temperature", type=float)
+    g.add_argument("--top-k", type=int)
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--repetition-penalty", type=float)
+    g.add_argument("--greedy", action="store_true", help="no sampling, talker and code predictor")
+    g.add_argument("--max-new-tokens", type=int, help="at most this many frames - 1 (12.5 frames per second)")
+    g.add_argument("--frame-budget", type=_frame_budget, default="auto", metavar="N|auto|none",
+                   help="runaway guard: the most frames per sentence (default: auto, from the text)")
+    g.add_argument("--no-split", action="store_true",
+                   help=f"do not synthesize inputs over {SPLIT_ABOVE_CHARS} characters sentence by sentence")
+    r = s.add_argument_group("runtime and reporting")
+    r.add_argument("-t", "--threads", type=int, help="CPU threads (default: the physical cores)")
+    r.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
+    r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
+    r.add_argument("--json", action="store_true",
+                   help="print a JSON report on stdout (on stderr when the audio goes to stdout)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress or hints on stderr")
+    s.set_defaults(func=_speak)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="qtts-cli", description="Qwen3-TTS on ggml")
-    sub = p.add_subparsers(dest="command", required=True)
+    from . import __version__
+
+    p = argparse.ArgumentParser(prog="qtts-cli", description="Qwen3-TTS on ggml. `speak` is the default command: "
+                                "qtts-cli -m MODEL -p TEXT -o out.wav")
+    p.add_argument("--version", action="version", version=f"qtts {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{speak,convert,info,speakers,languages}")
+    _add_speak(sub)
 
     c = sub.add_parser("convert", help="convert a Hugging Face checkpoint directory into one GGUF file")
     c.add_argument("hf_dir", help="checkpoint directory (config.json, model.safetensors, speech_tokenizer/ ...)")
@@ -40,19 +301,41 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("model", help="path to a .gguf file")
     i.add_argument("--json", action="store_true", help="print JSON")
     i.set_defaults(func=_info)
+
+    for name in ("speakers", "languages"):
+        x = sub.add_parser(name, help=f"list a model's {name}, one per line")
+        x.add_argument("model", help="a qtts .gguf file or a Hugging Face repo id")
+        x.set_defaults(func=_list)
     return p
 
 
+def _with_default_command(argv: list[str]) -> list[str]:
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+        return ["speak", *argv]
+    return argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(_with_default_command(argv))
     try:
         return int(args.func(args))
-    except (ValueError, FileNotFoundError, OSError) as e:
+    except (CliError, ValueError, OSError, RuntimeError, ImportError) as e:
+        if isinstance(e, BrokenPipeError):  # the player went away: stop quietly
+            _silence_stdout()
+            return 0
         print(f"qtts-cli: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("qtts-cli: interrupted", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    try:  # keep the interpreter's final flush from raising again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

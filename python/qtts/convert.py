@@ -7,7 +7,12 @@ Documented transforms (tests compare every tensor against the checkpoint through
 * codebooks are folded: embedding_sum / max(cluster_usage, 1e-5) (the reference recomputes
   this on every call);
 * SnakeBeta parameters are stored as exp(alpha) and 1 / (exp(beta) + 1e-9);
-* pointwise (k=1) convolutions are stored as 2-D matrices, depthwise kernels [C,1,k] as [C,k];
+* pointwise (k=1) convolutions are stored as 2-D matrices;
+* the codec decoder's convolutions are stored in the panel layout its conv-GEMM streams
+  (activations are channel-fastest): a kernel reading k taps of `in` channels into `out`
+  outputs becomes [out/P, k, in, P] with P = 16 when 16 divides `out`, else P = out. Conv1d
+  [out,in,k] is read as k taps, ConvTranspose1d [in,out,k] as one tap into k*out outputs
+  (tap-major); depthwise [C,1,k] is stored as [k,C];
 * tensors the 12 Hz inference never reads are dropped: the decoder quantizers' input_proj,
   the encoder quantizers' output_proj and `initialized` flags, and the Mimi acoustic
   codebooks beyond the 16 valid quantizers.
@@ -57,8 +62,29 @@ def _squeeze_k1(refs: list[np.ndarray]) -> np.ndarray:
     return refs[0].reshape(refs[0].shape[:-1])
 
 
-def _squeeze_dw(refs: list[np.ndarray]) -> np.ndarray:
-    return refs[0].reshape(refs[0].shape[0], refs[0].shape[2])
+def _panels(w: np.ndarray) -> np.ndarray:
+    """[k, in, out] -> [out/P, k, in, P] (see the module docstring)."""
+    k, cin, n = w.shape
+    p = 16 if n % 16 == 0 else n
+    return np.ascontiguousarray(w.reshape(k, cin, n // p, p).transpose(2, 0, 1, 3))
+
+
+def _conv_panels(refs: list[np.ndarray]) -> np.ndarray:
+    return _panels(refs[0].transpose(2, 1, 0))
+
+
+def _convt_panels(refs: list[np.ndarray]) -> np.ndarray:
+    cin, cout, k = refs[0].shape
+    return _panels(refs[0].transpose(0, 2, 1).reshape(1, cin, k * cout))
+
+
+def _dw_kc(refs: list[np.ndarray]) -> np.ndarray:
+    return np.ascontiguousarray(refs[0][:, 0, :].T)
+
+
+def _panel_shape(k: int, cin: int, n: int) -> tuple[int, ...]:
+    p = 16 if n % 16 == 0 else n
+    return (n // p, k, cin, p)
 
 
 def _fold_codebook(refs: list[np.ndarray]) -> np.ndarray:
@@ -104,7 +130,6 @@ _PLAIN = {
     "talker.code_predictor.small_to_mtp_projection.bias": (TN.CODE_PRED_MTP_PROJ_B, "f32"),
     "speaker_encoder.blocks.0.conv.weight": (TN.SPK_CONV0, "f32"),
     "speaker_encoder.blocks.0.conv.bias": (TN.SPK_CONV0_B, "f32"),
-    "decoder.pre_conv.conv.weight": (TN.DEC_PRE_CONV, "f32"),
     "decoder.pre_conv.conv.bias": (TN.DEC_PRE_CONV_B, "f32"),
     "decoder.pre_transformer.input_proj.weight": (TN.DEC_TFM_IN, "f32"),
     "decoder.pre_transformer.input_proj.bias": (TN.DEC_TFM_IN_B, "f32"),
@@ -137,9 +162,10 @@ _RULES: list[tuple[str, str, Transform | None]] = [
     (r"speaker_encoder\.fc\.bias", TN.SPK_FC_B, None),
     (r"decoder\.quantizer\.rvq_first\.output_proj\.weight", TN.DEC_RVQ_FIRST_OUT, _squeeze_k1),
     (r"decoder\.quantizer\.rvq_rest\.output_proj\.weight", TN.DEC_RVQ_REST_OUT, _squeeze_k1),
-    (r"decoder\.upsample\.(\d+)\.0\.conv\.weight", TN.DEC_UP_CONV, None),
+    (r"decoder\.pre_conv\.conv\.weight", TN.DEC_PRE_CONV, _conv_panels),
+    (r"decoder\.upsample\.(\d+)\.0\.conv\.weight", TN.DEC_UP_CONV, _convt_panels),
     (r"decoder\.upsample\.(\d+)\.0\.conv\.bias", TN.DEC_UP_CONV_B, None),
-    (r"decoder\.upsample\.(\d+)\.1\.dwconv\.conv\.weight", TN.DEC_UP_DWCONV, _squeeze_dw),
+    (r"decoder\.upsample\.(\d+)\.1\.dwconv\.conv\.weight", TN.DEC_UP_DWCONV, _dw_kc),
     (r"decoder\.upsample\.(\d+)\.1\.dwconv\.conv\.bias", TN.DEC_UP_DWCONV_B, None),
     (r"decoder\.upsample\.(\d+)\.1\.norm\.weight", TN.DEC_UP_NORM, None),
     (r"decoder\.upsample\.(\d+)\.1\.norm\.bias", TN.DEC_UP_NORM_B, None),
@@ -168,10 +194,15 @@ def _new_shape(ref: TensorRef, fn: Transform | None) -> tuple[int, ...]:
         if ref.shape[-1] != 1:
             raise ValueError(f"{ref.file}: tensor {ref.name!r} has shape {ref.shape}, expected a k=1 conv")
         return ref.shape[:-1]
-    if fn is _squeeze_dw:
+    if fn is _dw_kc:
         if len(ref.shape) != 3 or ref.shape[1] != 1:
             raise ValueError(f"{ref.file}: tensor {ref.name!r} has shape {ref.shape}, expected [C,1,k]")
-        return (ref.shape[0], ref.shape[2])
+        return (ref.shape[2], ref.shape[0])
+    if fn in (_conv_panels, _convt_panels):
+        if len(ref.shape) != 3:
+            raise ValueError(f"{ref.file}: tensor {ref.name!r} has shape {ref.shape}, expected a 1-D conv kernel")
+        a, b, k = ref.shape
+        return _panel_shape(k, b, a) if fn is _conv_panels else _panel_shape(1, a, k * b)
     return ref.shape
 
 
@@ -238,21 +269,27 @@ def _match_vocoder(name: str, ref: TensorRef, n_voc: int) -> Entry | None:
         return None
     k, rest = int(m.group(1)), m.group(2)
     snake = {"alpha": _exp, "beta": _inv_exp}
-    if k == 0 and rest in ("conv.weight", "conv.bias"):
-        return Entry(TN.DEC_VOC_IN if rest.endswith("weight") else TN.DEC_VOC_IN_B, [ref], ref.shape, "f32")
+    if k == 0 and rest == "conv.weight":
+        return Entry(TN.DEC_VOC_IN, [ref], _new_shape(ref, _conv_panels), "f32", _conv_panels)
+    if k == 0 and rest == "conv.bias":
+        return Entry(TN.DEC_VOC_IN_B, [ref], ref.shape, "f32")
     if k == n_voc + 1 and rest in snake:
         return Entry(TN.DEC_OUT_SNAKE_A if rest == "alpha" else TN.DEC_OUT_SNAKE_B, [ref], ref.shape, "f32",
                      snake[rest])
-    if k == n_voc + 2 and rest in ("conv.weight", "conv.bias"):
-        return Entry(TN.DEC_OUT_CONV if rest.endswith("weight") else TN.DEC_OUT_CONV_B, [ref], ref.shape, "f32")
+    if k == n_voc + 2 and rest == "conv.weight":
+        return Entry(TN.DEC_OUT_CONV, [ref], _new_shape(ref, _conv_panels), "f32", _conv_panels)
+    if k == n_voc + 2 and rest == "conv.bias":
+        return Entry(TN.DEC_OUT_CONV_B, [ref], ref.shape, "f32")
     if not 1 <= k <= n_voc:
         return None
     b = k - 1
     if rest in ("block.0.alpha", "block.0.beta"):
         pat = TN.DEC_VOC_SNAKE_A if rest.endswith("alpha") else TN.DEC_VOC_SNAKE_B
         return Entry(pat % b, [ref], ref.shape, "f32", snake[rest.rsplit(".", 1)[1]])
-    if rest in ("block.1.conv.weight", "block.1.conv.bias"):
-        return Entry((TN.DEC_VOC_UP if rest.endswith("weight") else TN.DEC_VOC_UP_B) % b, [ref], ref.shape, "f32")
+    if rest == "block.1.conv.weight":
+        return Entry(TN.DEC_VOC_UP % b, [ref], _new_shape(ref, _convt_panels), "f32", _convt_panels)
+    if rest == "block.1.conv.bias":
+        return Entry(TN.DEC_VOC_UP_B % b, [ref], ref.shape, "f32")
     m = re.fullmatch(r"block\.(\d+)\.(act1|act2|conv1\.conv|conv2\.conv)\.(alpha|beta|weight|bias)", rest)
     if not m or not 2 <= int(m.group(1)) <= 4:
         return None
@@ -263,7 +300,8 @@ def _match_vocoder(name: str, ref: TensorRef, n_voc: int) -> Entry | None:
              ("conv2.conv", "weight"): TN.DEC_RES_CONV2, ("conv2.conv", "bias"): TN.DEC_RES_CONV2_B}
     if (part, leaf) not in table:
         return None
-    fn = snake.get(leaf) or (_squeeze_k1 if (part, leaf) == ("conv2.conv", "weight") else None)
+    convs = {("conv1.conv", "weight"): _conv_panels, ("conv2.conv", "weight"): _conv_panels}
+    fn = snake.get(leaf) or convs.get((part, leaf))
     return Entry(table[(part, leaf)] % (b, r), [ref], _new_shape(ref, fn), "f32", fn)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-_SETTINGS = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "subtalker_dosample",
+SETTINGS = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "subtalker_dosample",
              "subtalker_temperature", "subtalker_top_k", "subtalker_top_p", "max_new_tokens")
 
 
@@ -22,7 +22,7 @@ class GenerationResult:
 
 def resolve_settings(defaults: dict[str, Any], given: dict[str, Any], seed: int | None) -> dict[str, Any]:
     """Merge explicit settings over the defaults and check them; ValueError on a bad value."""
-    s = {k: (given[k] if given.get(k) is not None else defaults[k]) for k in _SETTINGS}
+    s = {k: (given[k] if given.get(k) is not None else defaults[k]) for k in SETTINGS}
     for prefix, sampling in (("", s["do_sample"]), ("subtalker_", s["subtalker_dosample"])):
         temperature, top_k, top_p = s[prefix + "temperature"], s[prefix + "top_k"], s[prefix + "top_p"]
         if sampling and not temperature > 0:  # greedy ignores the temperature, as the reference

@@ -1,14 +1,20 @@
 """The loaded model: the native weights, the tokenizer and a compute session."""
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
+from typing import Any
 import threading
 from pathlib import Path
 
 import numpy as np
 
 from ._native import core
-from .generation import GenerationResult, per_frame_timings, resolve_settings
+from . import speech
+from .audio import Audio, AudioChunk, Timings
+from .compat import QwenTTSCompat
+from .generation import SETTINGS, GenerationResult, per_frame_timings, resolve_settings
 from .generation import frame_budget as frame_budget_for
 from .gguf_meta import read_tokenizer
 from .prompt import build_prompt, resolve_voice
@@ -16,7 +22,7 @@ from .threads import resolve_threads
 from .tokenizer import Tokenizer
 
 
-class Model:
+class Model(QwenTTSCompat):
     """A Qwen3-TTS model loaded from a qtts GGUF file (see `qtts-cli convert`)."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto"):
@@ -26,7 +32,7 @@ class Model:
         self.tokenizer: Tokenizer = Tokenizer.from_data(read_tokenizer(self.path))
         self.n_threads = resolve_threads(n_threads)
         self._session = core.Session(self._native, self.n_threads)
-        self._lock = threading.Lock()
+        self._lock = _SessionLock()
 
     @property
     def variant(self) -> str:
@@ -76,6 +82,11 @@ class Model:
         with self._lock:
             return self._session.codec_embed([int(i) for i in ids])
 
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """The waveform of codec codes [n, 16] (the reference's chunked decode): float32 [n * 1920]."""
+        with self._lock:
+            return self._session.decode(np.asarray(codes))
+
     def generate_codes(self, text: str, *, language: str = "auto", speaker: str | None = None,
                        instruct: str | None = None, do_sample: bool | None = None, top_k: int | None = None,
                        top_p: float | None = None, temperature: float | None = None,
@@ -108,12 +119,92 @@ class Model:
             codes, stop_reason, raw = self._session.generate(prompt.embeddings, prompt.trailing, s)
         return GenerationResult(codes, stop_reason, s["seed"], per_frame_timings(raw))
 
+    @property
+    def sample_rate(self) -> int:
+        return int(self._native.hparams["codec_decoder"]["sample_rate"])
+
+    def synthesize(self, text: str, *, speaker: str | None = None, language: str = "auto",
+                   instruct: str | None = None, seed: int | None = None, split_sentences: bool | int = False,
+                   frame_budget: int | str | None = "auto", non_streaming_mode: bool | None = None,
+                   **sampling: Any) -> Audio:
+        """Speech for `text`, all at once. `sampling` takes the generate_codes settings
+        (do_sample, temperature, top_k, top_p, repetition_penalty, subtalker_*, max_new_tokens).
+        split_sentences synthesizes long text sentence by sentence with the same voice (pieces of
+        up to 200 characters, or as many as an integer gives), joined with a short pause."""
+        req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
+                            non_streaming_mode, sampling)
+        with self._lock:
+            return speech.synthesize(self, req)
+
+    def stream(self, text: str, *, speaker: str | None = None, language: str = "auto",
+               instruct: str | None = None, seed: int | None = None, split_sentences: bool | int = False,
+               frame_budget: int | str | None = "auto", non_streaming_mode: bool | None = None,
+               first_chunk_frames: int = 1, max_chunk_frames: int = 8, timings: Timings | None = None,
+               **sampling: Any) -> Iterator[AudioChunk]:
+        """AudioChunks as they are generated (the first after one frame). Closing the iterator
+        stops the generation; the concatenated chunks equal synthesize()'s samples. Pass a
+        Timings to have it filled in (time to first audio included) as the stream runs."""
+        req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
+                            non_streaming_mode, sampling)
+
+        def chunks() -> Iterator[AudioChunk]:
+            with self._lock:
+                inner = speech.stream(self, req, first_chunk_frames=first_chunk_frames,
+                                      max_chunk_frames=max_chunk_frames, timings=timings)
+                try:
+                    for chunk in inner:
+                        with self._lock.suspended():
+                            yield chunk
+                finally:
+                    inner.close()
+
+        return chunks()
+
+    def _request(self, text: str, speaker: str | None, language: str, instruct: str | None, seed: int | None,
+                 split_sentences: bool | int, frame_budget: int | str | None, non_streaming_mode: bool | None,
+                 sampling: dict[str, Any]) -> speech.Request:
+        unknown = set(sampling) - set(SETTINGS)
+        if unknown:
+            raise TypeError(f"unexpected argument(s) {', '.join(sorted(unknown))}; sampling settings are "
+                            f"{', '.join(SETTINGS)}")
+        return speech.make_request(self, text, language=language, speaker=speaker, instruct=instruct, seed=seed,
+                                   non_streaming_mode=non_streaming_mode, frame_budget=frame_budget,
+                                   split_sentences=split_sentences, settings=sampling)
+
     def cancel(self) -> None:
         """Stop a generation running in another thread after its current frame."""
         self._session.cancel()
 
     def __repr__(self) -> str:
         return f"qtts.Model({str(self.path)!r}, variant={self.variant!r}, size={self.size!r}, device={self.device!r})"
+
+
+class _SessionLock:
+    """One synthesis at a time per Model (other threads wait). A stream holds it while open; using
+    the model from the same thread while a stream is suspended between chunks would corrupt the
+    stream, so that raises instead."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._suspended_stream: int | None = None
+
+    def __enter__(self) -> None:
+        if self._suspended_stream == threading.get_ident():
+            raise RuntimeError("this qtts.Model is busy with an unfinished stream in this thread; "
+                               "close the stream first or load a second Model")
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Around a stream's yield: the caller's code runs while the stream stays open."""
+        self._suspended_stream = threading.get_ident()
+        try:
+            yield
+        finally:
+            self._suspended_stream = None
 
 
 def supported_languages(table: dict[str, int]) -> list[str]:
@@ -130,6 +221,14 @@ def check_gguf_path(path: Path) -> None:
         raise FileNotFoundError(f"{path}: no such model file")
 
 
-def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto") -> Model:
-    """Load a qtts GGUF model. n_threads defaults to the physical cores available."""
+def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
+         convert_type: str = "q8_0") -> Model:
+    """Load a qtts GGUF file, or a Hugging Face repo id such as "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice":
+    downloaded into the Hugging Face cache (needs the `hub` extra; HF_HUB_OFFLINE is honoured),
+    converted once to `convert_type` in the qtts cache ($QTTS_CACHE, default ~/.cache/qtts) and
+    reused afterwards. n_threads defaults to the physical cores available."""
+    from .registry import is_repo_id, fetch, cache_dir
+
+    if is_repo_id(model):
+        model = fetch(str(model), cache_dir(), convert_type)
     return Model(model, n_threads=n_threads, device=device)

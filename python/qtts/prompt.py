@@ -3,6 +3,7 @@ does (M:2066-2237): a prompt embedding matrix for the prefill and the trailing t
 generation loop adds one per frame."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ class Voice:
 class Prompt:
     embeddings: np.ndarray  # [L, D] float32, the prefill input
     trailing: np.ndarray    # [T, D] float32, added to the decode steps 0..T-1 (then PAD)
+    tokenize_ms: float = 0.0
 
 
 def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct: str | None) -> Voice:
@@ -62,10 +64,12 @@ def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct:
 
 def build_prompt(model: Model, text: str, voice: Voice, *, non_streaming_mode: bool) -> Prompt:
     tok = model.tokenizer
+    t0 = time.perf_counter()
     text_ids = tok.prompt_text_ids(text)  # validates: non-empty, template slices intact
     role = tok.assistant_ids(text)[:3]
     tid = model._native.text_ids
     instruct_ids = tok.instruct_ids(voice.instruct) if voice.instruct else []
+    tokenize_ms = (time.perf_counter() - t0) * 1e3
     # One projection call for every text vector the prompt needs.
     specials = [tid["tts_bos"], tid["tts_eos"], tid["tts_pad"]]
     p = model.text_embedding(role + specials + text_ids + instruct_ids)
@@ -89,4 +93,4 @@ def build_prompt(model: Model, text: str, voice: Voice, *, non_streaming_mode: b
         parts.append((p_text[0] + c_bos)[None])
         trailing = np.concatenate([p_text[1:], eos[None]])
     return Prompt(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32),
-                  np.ascontiguousarray(trailing, dtype=np.float32))
+                  np.ascontiguousarray(trailing, dtype=np.float32), tokenize_ms)

@@ -32,6 +32,16 @@ _PATTERNS = ["config.json", "generation_config.json", "model.safetensors", "mode
              "speech_tokenizer/model.safetensors"]
 
 
+def cache_dir() -> Path:
+    return Path(os.environ.get("QTTS_CACHE") or Path.home() / ".cache" / "qtts")
+
+
+def is_repo_id(model: str | os.PathLike[str]) -> bool:
+    """"owner/name" that is not an existing file: what a Hugging Face repo id looks like."""
+    s = str(model)
+    return not Path(s).exists() and s.count("/") == 1 and not s.startswith((".", "/")) and not s.endswith(".gguf")
+
+
 def download(repo_id: str, *, revision: str | None = None) -> Path:
     """The checkpoint directory in the Hugging Face cache (downloaded unless offline)."""
     try:

@@ -1,0 +1,95 @@
+"""Synthesis results: Audio (eager), AudioChunk (streamed) and their per-stage Timings."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Timings:
+    """Where the time of one synthesis went. Per-frame figures are averages over the frames."""
+    tokenize_ms: float = 0.0
+    prompt_ms: float = 0.0
+    prefill_ms: float = 0.0
+    talker_ms_per_frame: float = 0.0
+    predictor_ms_per_frame: float = 0.0
+    vocoder_ms_per_frame: float = 0.0
+    time_to_first_audio_ms: float | None = None
+    total_ms: float = 0.0
+    frames: int = 0
+    audio_seconds: float = 0.0
+    rtf: float = 0.0  # wall time / audio time
+    peak_rss_mb: float = field(default_factory=lambda: peak_rss_mb())
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    def format(self) -> str:
+        ttfa = "-" if self.time_to_first_audio_ms is None else f"{self.time_to_first_audio_ms:.0f} ms"
+        rows = [
+            ("tokenize", f"{self.tokenize_ms:.1f} ms"), ("prompt", f"{self.prompt_ms:.1f} ms"),
+            ("prefill", f"{self.prefill_ms:.1f} ms"),
+            ("talker", f"{self.talker_ms_per_frame:.1f} ms/frame"),
+            ("code predictor", f"{self.predictor_ms_per_frame:.1f} ms/frame"),
+            ("vocoder", f"{self.vocoder_ms_per_frame:.1f} ms/frame"),
+            ("first audio", ttfa), ("total", f"{self.total_ms:.0f} ms"),
+            ("frames", f"{self.frames} ({self.audio_seconds:.2f} s of audio)"), ("RTF", f"{self.rtf:.2f}"),
+            ("peak RSS", f"{self.peak_rss_mb:.0f} MB"),
+        ]
+        return "\n".join(f"{k:<15}{v}" for k, v in rows)
+
+
+def peak_rss_mb() -> float:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+
+
+@dataclass
+class Audio:
+    samples: np.ndarray    # float32 mono in [-1, 1]
+    sample_rate: int
+    codes: np.ndarray      # [frames, 16] int32 codec codes
+    stop_reason: str       # "eos", "max_new_tokens", "budget" or "cancelled"
+    timings: Timings
+
+    @property
+    def duration(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+    def save(self, path: str | os.PathLike[str], subtype: str | None = None) -> Path:
+        return save_audio(path, self.samples, self.sample_rate, subtype)
+
+
+@dataclass
+class AudioChunk:
+    samples: np.ndarray    # float32 mono, the audio of `codes`
+    sample_rate: int
+    codes: np.ndarray      # [n, 16] codes this chunk decodes (empty for a pause between sentences)
+    index: int
+    stop_reason: str | None = None  # set on the last chunk of the stream
+
+
+def save_audio(path: str | os.PathLike[str], samples: np.ndarray, sample_rate: int,
+               subtype: str | None = None) -> Path:
+    """16-bit PCM WAV by default (the format every player takes); FLAC/OGG by extension."""
+    import soundfile as sf
+
+    p = Path(path)
+    fmt = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}.get(p.suffix.lower())
+    if fmt is None:
+        raise ValueError(f"{p}: unsupported audio extension {p.suffix!r} (use .wav, .flac or .ogg)")
+    if subtype is None:
+        subtype = {"WAV": "PCM_16", "FLAC": "PCM_16", "OGG": "VORBIS"}[fmt]
+    sf.write(str(p), np.asarray(samples, dtype=np.float32), sample_rate, format=fmt, subtype=subtype)
+    return p
+
+
+def pcm16(samples: np.ndarray) -> bytes:
+    """Little-endian signed 16-bit PCM, as raw players (ffplay -f s16le, aplay -f S16_LE) expect."""
+    return (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
