@@ -56,6 +56,8 @@ def write(p: Parts, dst: Path) -> Path:
     w.kv_data[0].clear()  # drop the architecture the constructor adds: p.kv decides (it may lack one)
     for key, (val, vtype, sub) in p.kv.items():
         w.add_key_value(key, val, vtype, sub)
+    if "general.alignment" in p.kv:  # the writer pads with its own setting, not with the key
+        w.data_alignment = int(p.kv["general.alignment"][0])
     for name, (data, gtype) in p.tensors.items():
         # raw_dtype keeps the ggml type; for uint8 data the shape is read as bytes per row
         w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=gtype)
