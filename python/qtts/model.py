@@ -176,6 +176,8 @@ class Model(QwenTTSCompat):
         self._session.cancel()
 
     def __repr__(self) -> str:
+        if not hasattr(self, "_native"):  # __init__ failed before loading
+            return f"qtts.Model({str(self.path)!r}, not loaded)"
         return f"qtts.Model({str(self.path)!r}, variant={self.variant!r}, size={self.size!r}, device={self.device!r})"
 
 
