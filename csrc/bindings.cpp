@@ -183,6 +183,19 @@ py::tuple generate_next(Session & s, int max_frames) {
     return generate_result(s, r);
 }
 
+// Codes [n, n_quantizers] in, samples out, through one of the session's codec entry points.
+py::array_t<float> run_codec(Session & s, const py::array & codes,
+                             std::vector<float> (Session::*fn)(const std::vector<int32_t> &, int64_t)) {
+    int64_t n = 0;
+    std::vector<int32_t> c = code_rows(codes, s.model().codec_decoder.n_quantizers, &n);
+    std::vector<float> out;
+    {
+        py::gil_scoped_release release;
+        out = (s.*fn)(c, n);
+    }
+    return samples(out);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, mod) {
@@ -309,30 +322,11 @@ PYBIND11_MODULE(_core, mod) {
                  }
                  return matrix(out, s.model().talker.hp.n_embd);
              })
-        .def("decode",
-             [](Session & s, const py::array & codes) {
-                 int64_t n = 0;
-                 std::vector<int32_t> c = code_rows(codes, s.model().codec_decoder.n_quantizers, &n);
-                 std::vector<float> out;
-                 {
-                     py::gil_scoped_release release;
-                     out = s.decode(c, n);
-                 }
-                 return samples(out);
-             },
+        .def("decode", [](Session & s, const py::array & codes) { return run_codec(s, codes, &Session::decode); },
              py::arg("codes"), "Waveform [n * hop] of codes [n, n_quantizers], as the reference's chunked decode.")
         .def("decode_stream_reset", &Session::decode_stream_reset, "Start a new codec stream.")
         .def("decode_stream_push",
-             [](Session & s, const py::array & codes) {
-                 int64_t n = 0;
-                 std::vector<int32_t> c = code_rows(codes, s.model().codec_decoder.n_quantizers, &n);
-                 std::vector<float> out;
-                 {
-                     py::gil_scoped_release release;
-                     out = s.decode_stream_push(c, n);
-                 }
-                 return samples(out);
-             },
+             [](Session & s, const py::array & codes) { return run_codec(s, codes, &Session::decode_stream_push); },
              py::arg("codes"), "The samples of the next frames of the stream, [n * hop].")
         .def("decode_stages",
              [](Session & s, const py::array & codes, const std::vector<std::string> & names) {
