@@ -295,7 +295,20 @@ PYBIND11_MODULE(_core, mod) {
                                    d["max_new_tokens"] = m.gen.max_new_tokens;
                                    return d;
                                })
-        .def_property_readonly("hparams", &hparams);
+        .def_property_readonly("hparams", &hparams)
+        .def(
+            "tensor_data",
+            [](const Model & m, const std::string & prefix) {
+                py::list out;
+                for (const ggml_tensor * t : m.tensors(prefix)) {
+                    std::string data(ggml_nbytes(t), '\0');
+                    ggml_backend_tensor_get(t, data.data(), 0, data.size());
+                    out.append(py::make_tuple(std::string(t->name), std::string(ggml_type_name(t->type)),
+                                              py::bytes(data)));
+                }
+                return out;
+            },
+            py::arg("prefix"), "(name, type, raw bytes) of every weight whose name starts with prefix.");
 
     py::class_<Session>(mod, "Session")
         .def(py::init([](std::shared_ptr<Model> model, int n_threads) {
@@ -322,8 +335,47 @@ PYBIND11_MODULE(_core, mod) {
                  }
                  return matrix(out, s.model().talker.hp.n_embd);
              })
+        .def("frame_embed",
+             [](Session & s, const py::array & codes) {
+                 int64_t n = 0;
+                 std::vector<int32_t> c = code_rows(codes, s.model().talker.n_code_groups, &n);
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.frame_embed(c, n);
+                 }
+                 return matrix(out, s.model().talker.hp.n_embd);
+             },
+             py::arg("codes"), "The talker's input embedding of each frame of codes [n, groups].")
         .def("decode", [](Session & s, const py::array & codes) { return run_codec(s, codes, &Session::decode); },
              py::arg("codes"), "Waveform [n * hop] of codes [n, n_quantizers], as the reference's chunked decode.")
+        .def("speaker_embed",
+             [](Session & s, const FloatRows & mel) {
+                 if (!s.model().speaker_encoder) throw Error("this model has no speaker encoder (voice cloning needs a Base model)");
+                 int n = 0;
+                 std::vector<float> m = rows(mel, s.model().speaker_encoder->mel_dim, "mel", &n), out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.speaker_embed(m, n);
+                 }
+                 return samples(out);
+             },
+             py::arg("mel"), "The x-vector of a log-mel spectrogram [frames, mel_dim].")
+        .def("encode",
+             [](Session & s, const py::array_t<float, py::array::c_style | py::array::forcecast> & wav) {
+                 if (wav.ndim() != 1) throw Error("encode takes 1-D float32 samples");
+                 std::vector<float> x(wav.data(), wav.data() + wav.size());
+                 std::vector<int32_t> c;
+                 {
+                     py::gil_scoped_release release;
+                     c = s.encode(x);
+                 }
+                 const py::ssize_t g = s.model().codec_encoder.n_quantizers;
+                 py::array_t<int32_t> out({static_cast<py::ssize_t>(c.size()) / g, g});
+                 std::copy(c.begin(), c.end(), out.mutable_data());
+                 return out;
+             },
+             py::arg("samples"), "Codes [ceil(n / hop), n_quantizers] of 24 kHz samples (the codec encoder).")
         .def("decode_stream_reset", &Session::decode_stream_reset, "Start a new codec stream.")
         .def("decode_stream_push",
              [](Session & s, const py::array & codes) { return run_codec(s, codes, &Session::decode_stream_push); },

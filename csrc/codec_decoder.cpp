@@ -274,7 +274,7 @@ std::vector<float> Session::codec_run(CodecState & st, const int32_t * codes, in
 // Frames [f0, f0+n) of a stream: each chunk c (frames 300c.. 300c+299) is decoded by its own
 // segment, fed from 25 frames earlier (c > 0) to warm it up, whose samples are dropped.
 void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std::vector<float> & out) {
-    require_cpu_codec();
+    require_cpu_codec("the codec decoder");
     const CodecDecoderWeights & w = model_->codec_decoder;
     const int64_t g = w.n_quantizers, hop = w.hop_length, f0 = s.n_frames, f1 = f0 + n;
     for (int64_t c = f0 / kCodecChunk;; ++c) {
@@ -299,9 +299,9 @@ void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std:
 }
 
 // The conv and SnakeBeta custom ops run on the CPU threadpool and read weights from host memory.
-void Session::require_cpu_codec() const {
+void Session::require_cpu_codec(const char * what) const {
     if (!ggml_backend_is_cpu(backend_)) {
-        fail("the codec decoder runs on the CPU backend only for now; load the model with device=\"cpu\"");
+        fail("%s runs on the CPU backend only for now; load the model with device=\"cpu\"", what);
     }
 }
 
@@ -330,7 +330,7 @@ std::vector<CodecStage> Session::decode_stages(const std::vector<int32_t> & code
                                                const std::vector<std::string> & stages) {
     check_codes(model_->codec_decoder, codes, n);
     if (n < 1 || n > kCodecChunk) fail("decode_stages takes 1 to %lld frames", static_cast<long long>(kCodecChunk));
-    require_cpu_codec();
+    require_cpu_codec("the codec decoder");
     CodecState st(model_->codec_decoder, backend_);
     std::vector<CodecStage> got;
     codec_run(st, codes.data(), n, stages, &got);

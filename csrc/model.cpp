@@ -122,6 +122,12 @@ void load_code_predictor(GgufFile & f, const TalkerWeights & t, CodePredictorWei
     c.mtp_proj_b = f.tensor(tn::CODE_PRED_MTP_PROJ_B, {dc}, WeightKind::F32, proj);
 }
 
+// conv-GEMM weights: k taps of `in` channels into n outputs, stored as panels [P, in, k, n/P]
+ggml_tensor * panels(GgufFile & f, const std::string & name, int64_t k, int64_t in, int64_t n) {
+    const int64_t p = n % 16 == 0 ? 16 : n;
+    return f.tensor(name, {p, in, k, n / p}, WeightKind::F32);
+}
+
 void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoderWeights & s) {
     s.embd = static_cast<int>(f.u32(kv::SPK_EMBEDDING_LENGTH));
     s.mel_dim = static_cast<int>(f.u32(kv::SPK_MEL_DIM));
@@ -138,19 +144,19 @@ void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoderWeights 
         fail("%s: inconsistent speaker encoder hyper-parameters", f.path().c_str());
     }
     const int64_t mel = s.mel_dim, ks0 = s.kernel_sizes[0];
-    s.conv0 = f.tensor(tn::SPK_CONV0, {ks0, mel, c[0]}, WeightKind::F32);
+    s.conv0 = panels(f, tn::SPK_CONV0, ks0, mel, c[0]);
     s.conv0_b = f.tensor(tn::SPK_CONV0_B, {c[0]}, WeightKind::F32);
     for (int b = 1; b <= 3; ++b) {
         if (c[b] % s.res2net_scale != 0) fail("%s: speaker encoder channels not divisible by scale", f.path().c_str());
         SpeakerEncoderWeights::Block blk;
         const int64_t in = c[b - 1], out = c[b], sub = c[b] / s.res2net_scale, k = s.kernel_sizes[b];
-        blk.tdnn1 = f.tensor(format(tn::SPK_TDNN1, b), {in, out}, WeightKind::F32);
+        blk.tdnn1 = panels(f, format(tn::SPK_TDNN1, b), 1, in, out);
         blk.tdnn1_b = f.tensor(format(tn::SPK_TDNN1_B, b), {out}, WeightKind::F32);
         for (int r = 0; r + 1 < s.res2net_scale; ++r) {
-            blk.res2net.push_back(f.tensor(format(tn::SPK_RES2NET, b, r), {k, sub, sub}, WeightKind::F32));
+            blk.res2net.push_back(panels(f, format(tn::SPK_RES2NET, b, r), k, sub, sub));
             blk.res2net_b.push_back(f.tensor(format(tn::SPK_RES2NET_B, b, r), {sub}, WeightKind::F32));
         }
-        blk.tdnn2 = f.tensor(format(tn::SPK_TDNN2, b), {out, out}, WeightKind::F32);
+        blk.tdnn2 = panels(f, format(tn::SPK_TDNN2, b), 1, out, out);
         blk.tdnn2_b = f.tensor(format(tn::SPK_TDNN2_B, b), {out}, WeightKind::F32);
         blk.se1 = f.tensor(format(tn::SPK_SE1, b), {out, s.se_channels}, WeightKind::F32);
         blk.se1_b = f.tensor(format(tn::SPK_SE1_B, b), {s.se_channels}, WeightKind::F32);
@@ -159,11 +165,11 @@ void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoderWeights 
         s.blocks.push_back(std::move(blk));
     }
     const int64_t cm = c[4];
-    s.mfa = f.tensor(tn::SPK_MFA, {cm, cm}, WeightKind::F32);
+    s.mfa = panels(f, tn::SPK_MFA, 1, cm, cm);
     s.mfa_b = f.tensor(tn::SPK_MFA_B, {cm}, WeightKind::F32);
-    s.asp_tdnn = f.tensor(tn::SPK_ASP_TDNN, {3 * cm, s.attn_channels}, WeightKind::F32);
+    s.asp_tdnn = panels(f, tn::SPK_ASP_TDNN, 1, 3 * cm, s.attn_channels);
     s.asp_tdnn_b = f.tensor(tn::SPK_ASP_TDNN_B, {s.attn_channels}, WeightKind::F32);
-    s.asp_conv = f.tensor(tn::SPK_ASP_CONV, {s.attn_channels, cm}, WeightKind::F32);
+    s.asp_conv = panels(f, tn::SPK_ASP_CONV, 1, s.attn_channels, cm);
     s.asp_conv_b = f.tensor(tn::SPK_ASP_CONV_B, {cm}, WeightKind::F32);
     s.fc = f.tensor(tn::SPK_FC, {2 * cm, s.embd}, WeightKind::F32);
     s.fc_b = f.tensor(tn::SPK_FC_B, {s.embd}, WeightKind::F32);
@@ -198,11 +204,7 @@ void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
     }
     c.rvq_first_out = f.tensor(tn::DEC_RVQ_FIRST_OUT, {half, cd}, WeightKind::F32);
     c.rvq_rest_out = f.tensor(tn::DEC_RVQ_REST_OUT, {half, cd}, WeightKind::F32);
-    // conv-GEMM weights: k taps of `in` channels into n outputs, stored as panels [P, in, k, n/P]
-    auto gemm = [&](const std::string & name, int64_t k, int64_t in, int64_t n) {
-        const int64_t p = n % 16 == 0 ? 16 : n;
-        return f.tensor(name, {p, in, k, n / p}, WeightKind::F32);
-    };
+    auto gemm = [&](const std::string & name, int64_t k, int64_t in, int64_t n) { return panels(f, name, k, in, n); };
     c.pre_conv = gemm(tn::DEC_PRE_CONV, 3, cd, lat);
     c.pre_conv_b = f.tensor(tn::DEC_PRE_CONV_B, {lat}, WeightKind::F32);
     c.tfm_in = f.tensor(tn::DEC_TFM_IN, {lat, h}, WeightKind::F32);
@@ -273,13 +275,13 @@ void load_codec_encoder(GgufFile & f, CodecEncoderWeights & e) {
     if (e.compress <= 0 || e.n_quantizers < 2 || prod <= 0 || e.hop_length % prod != 0) {
         fail("%s: inconsistent codec encoder hyper-parameters", f.path().c_str());
     }
-    const int down_stride = static_cast<int>(e.hop_length / prod);
+    e.down_stride = static_cast<int>(e.hop_length / prod);
     // SEANet: conv, then per ratio [residual, ELU, strided conv], then ELU and the last conv.
     int layer = 0;
     int64_t ch = e.n_filters;
     auto conv = [&](int64_t in, int64_t out, int k, int stride) {
         CodecEncoderWeights::Conv c{layer, static_cast<int>(in), static_cast<int>(out), k, stride};
-        c.w = f.tensor(format(tn::ENC_CONV, layer), {k, in, out}, WeightKind::F32);
+        c.w = panels(f, format(tn::ENC_CONV, layer), k, in, out);
         c.b = f.tensor(format(tn::ENC_CONV_B, layer), {out}, WeightKind::F32);
         e.convs.push_back(c);
         ++layer;
@@ -289,9 +291,9 @@ void load_codec_encoder(GgufFile & f, CodecEncoderWeights & e) {
         CodecEncoderWeights::Residual res;
         res.layer = layer;
         const int64_t hidden = ch / e.compress;
-        res.conv1 = f.tensor(format(tn::ENC_RES_CONV1, layer), {e.residual_kernel_size, ch, hidden}, WeightKind::F32);
+        res.conv1 = panels(f, format(tn::ENC_RES_CONV1, layer), e.residual_kernel_size, ch, hidden);
         res.conv1_b = f.tensor(format(tn::ENC_RES_CONV1_B, layer), {hidden}, WeightKind::F32);
-        res.conv2 = f.tensor(format(tn::ENC_RES_CONV2, layer), {hidden, ch}, WeightKind::F32);
+        res.conv2 = panels(f, format(tn::ENC_RES_CONV2, layer), 1, hidden, ch);
         res.conv2_b = f.tensor(format(tn::ENC_RES_CONV2_B, layer), {ch}, WeightKind::F32);
         e.res.push_back(res);
         layer += 2;  // the residual block and the ELU after it
@@ -302,7 +304,7 @@ void load_codec_encoder(GgufFile & f, CodecEncoderWeights & e) {
     const int64_t h = e.hp.n_embd;
     conv(ch, h, e.last_kernel_size, 1);
     e.layers = load_layers(f, tn::CODEC_ENC, e.hp, LayerStyle::MIMI, WeightKind::F32);
-    e.downsample = f.tensor(tn::ENC_DOWNSAMPLE, {2 * down_stride, h, h}, WeightKind::F32);
+    e.downsample = panels(f, tn::ENC_DOWNSAMPLE, 2 * e.down_stride, h, h);
     const int64_t cbd = e.codebook_dim;
     e.sem_in = f.tensor(tn::ENC_SEM_IN, {h, cbd}, WeightKind::F32);
     e.acu_in = f.tensor(tn::ENC_ACU_IN, {h, cbd}, WeightKind::F32);
@@ -323,6 +325,14 @@ std::string lower(std::string s) {
 std::vector<std::string> device_names() {
     std::vector<std::string> out;
     for (size_t i = 0; i < ggml_backend_dev_count(); ++i) out.emplace_back(ggml_backend_dev_name(ggml_backend_dev_get(i)));
+    return out;
+}
+
+std::vector<const ggml_tensor *> Model::tensors(const std::string & prefix) const {
+    std::vector<const ggml_tensor *> out;
+    for (ggml_tensor * t = ggml_get_first_tensor(file_->meta()); t; t = ggml_get_next_tensor(file_->meta(), t)) {
+        if (t->buffer && std::string(t->name).rfind(prefix, 0) == 0) out.push_back(t);
+    }
     return out;
 }
 
@@ -347,8 +357,8 @@ Model::Model(const std::string & path_, const std::string & device_name) : path(
     GgufFile & f = *file_;
     file_size = f.file_size();
     const uint32_t version = f.u32(kv::FORMAT_VERSION);
-    if (version != 2) {
-        fail("%s: format version %u is not supported by this qtts (expected 2); re-convert the checkpoint",
+    if (version != 3) {
+        fail("%s: format version %u is not supported by this qtts (expected 3); re-convert the checkpoint",
              path.c_str(), version);
     }
     name = f.has(kv::MODEL_NAME) ? f.str(kv::MODEL_NAME) : "";

@@ -96,7 +96,7 @@ struct CodecEncoderWeights {
     TransformerHParams hp;
     int n_filters = 0, kernel_size = 0, last_kernel_size = 0, residual_kernel_size = 0;
     int dilation_growth_rate = 0, compress = 0, codebook_size = 0, codebook_dim = 0, n_quantizers = 0;
-    int sample_rate = 0, hop_length = 0;
+    int sample_rate = 0, hop_length = 0, down_stride = 0;
     std::vector<int> ratios;  // SEANet downsampling order (reversed upsampling_ratios)
     struct Conv {
         int layer = 0, in = 0, out = 0, kernel = 0, stride = 1;
@@ -160,6 +160,9 @@ public:
     // component -> device name, so a silently misplaced network shows up (peers.md §7.7)
     std::map<std::string, std::string> component_devices;
     size_t weight_bytes = 0;
+
+    // The loaded weights whose names start with `prefix`, in file order.
+    std::vector<const ggml_tensor *> tensors(const std::string & prefix) const;
 
 private:
     std::unique_ptr<GgufFile> file_;

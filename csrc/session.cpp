@@ -77,6 +77,40 @@ std::vector<float> Session::codec_embed(const std::vector<int32_t> & ids) {
     });
 }
 
+std::vector<float> Session::frame_embed(const std::vector<int32_t> & codes, int64_t n) {
+    const Model & m = *model_;
+    const int64_t G = m.talker.n_code_groups;
+    if (n < 1 || static_cast<int64_t>(codes.size()) != n * G) {
+        fail("frame codes must have shape [n >= 1, %lld], got %zu values", static_cast<long long>(G), codes.size());
+    }
+    std::vector<int32_t> ids(codes.size());  // group-major, one contiguous index run per group
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t g = 0; g < G; ++g) {
+            const int32_t c = codes[t * G + g];
+            if (c < 0 || c >= m.code_pred.vocab) {
+                fail("code %d at frame %lld, group %lld is outside [0, %d)", c, static_cast<long long>(t),
+                     static_cast<long long>(g), m.code_pred.vocab);
+            }
+            ids[g * n + t] = c;
+        }
+    }
+    ggml_cgraph * gf = run(
+        [&](ggml_context * ctx, ggml_cgraph *) {
+            ggml_tensor * inp = named(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n, G), "frame_codes");
+            ggml_set_input(inp);
+            auto rows = [&](ggml_tensor * table, int64_t g) {
+                return ggml_get_rows(ctx, table, ggml_view_1d(ctx, inp, n, g * inp->nb[1]));
+            };
+            ggml_tensor * x = rows(m.talker.codec_embd, 0);
+            for (int64_t g = 1; g < G; ++g) x = ggml_add(ctx, x, rows(m.code_pred.codec_embd[g - 1], g));
+            return named(x, "frame_embd");
+        },
+        [&](ggml_cgraph * gf) {
+            ggml_backend_tensor_set(ggml_graph_get_tensor(gf, "frame_codes"), ids.data(), 0, ids.size() * sizeof(int32_t));
+        });
+    return read_output(gf);
+}
+
 std::vector<float> Session::embed_rows(const std::vector<int32_t> & ids, int vocab, const char * what,
                                        const std::function<ggml_tensor *(ggml_context *, ggml_tensor *)> & build) {
     if (ids.empty()) fail("%s embedding: no token ids", what);

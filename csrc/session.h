@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codec_decoder.h"
+#include "codec_encoder.h"
 #include "decoder.h"
 #include "generate.h"
 #include "ggml-backend.h"
@@ -37,6 +38,10 @@ public:
     std::vector<float> text_embed(const std::vector<int32_t> & ids);
     // C(ids): rows of the talker's codec embedding, [n, D] row-major.
     std::vector<float> codec_embed(const std::vector<int32_t> & ids);
+
+    // F(frame) = C(code_0) + sum_g CPE_{g-1}(code_g) per frame of codes [n, groups]: how the talker
+    // sees a frame of codes (the ICL prompt's reference frames), [n, D] row-major.
+    std::vector<float> frame_embed(const std::vector<int32_t> & codes, int64_t n);
 
     // The generation methods below (and the private talker_step, predict_frame) live in generate.cpp.
 
@@ -71,6 +76,11 @@ public:
     std::vector<CodecStage> decode_stages(const std::vector<int32_t> & codes, int64_t n,
                                           const std::vector<std::string> & stages);
 
+    // The speaker encoder (Base models): the x-vector of a log-mel [n_frames, mel_dim] row-major.
+    std::vector<float> speaker_embed(const std::vector<float> & mel, int64_t n_frames);
+    // The codec encoder: 24 kHz samples -> codes [ceil(N / hop), n_quantizers] row-major.
+    std::vector<int32_t> encode(const std::vector<float> & samples);
+
 private:
     // Build a graph with `build`, allocate it, let `set_inputs` fill the inputs, compute.
     ggml_cgraph * run(const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,
@@ -96,7 +106,7 @@ private:
     KvCache talker_cache_, pred_cache_;
     std::atomic<bool> cancel_{false};
     std::unique_ptr<GenerationState> gen_;
-    void require_cpu_codec() const;
+    void require_cpu_codec(const char * what) const;
     CodecStream codec_stream_;
 };
 

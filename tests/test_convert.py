@@ -55,6 +55,8 @@ def _expected(ck: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             exp[name] = 1.0 / (np.exp(v) + 1e-9)
         elif name.startswith("decoder.") and not name.startswith("decoder.quantizer.") and v.ndim == 3:
             exp[name] = _codec_decoder_conv(name, v)
+        elif _GEMM_CONV.fullmatch(name):
+            exp[name] = _panels(np.stack([v[:, :, j].T for j in range(v.shape[-1])]))
         elif v.ndim == 3 and v.shape[-1] == 1:
             exp[name] = v[..., 0]
         elif "dwconv" in name and v.ndim == 3:
@@ -62,6 +64,13 @@ def _expected(ck: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         else:
             exp[name] = v
     return exp
+
+
+# Encoder-side convolutions that run as conv-GEMMs (format version 3); the speaker encoder's SE
+# and final layers, which see one frame, stay 2-D.
+_GEMM_CONV = re.compile(r"encoder\.(encoder\.layers\.\d+\.(conv|block\.[13]\.conv)|downsample\.conv)\.weight"
+                        r"|speaker_encoder\.(blocks\.\d+\.(conv|tdnn[12]\.conv|res2net_block\.blocks\.\d+\.conv)"
+                        r"|mfa\.conv|asp\.(tdnn\.conv|conv))\.weight")
 
 
 def _panels(w: np.ndarray) -> np.ndarray:
@@ -116,7 +125,6 @@ def test_named_spot_checks(name: str, fixture_root: Path, gguf_dir: Path) -> Non
         "code_pred.codec_embd.14.weight": "talker.code_predictor.model.codec_embedding.14.weight",
         "code_pred.lm_head.7.weight": "talker.code_predictor.lm_head.7.weight",
         "codec_dec.pre_tfm.blk.1.attn_scale": "decoder.pre_transformer.layers.1.self_attn_layer_scale.scale",
-        "codec_enc.layers.9.conv.weight": "encoder.encoder.layers.9.conv.weight",
         "codec_enc.tfm.blk.1.ffn_up.weight": "encoder.encoder_transformer.layers.1.mlp.fc1.weight",
     }
     for g, h in pairs.items():

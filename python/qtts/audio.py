@@ -15,6 +15,9 @@ import numpy as np
 class Timings:
     """Where the time of one synthesis went. Per-frame figures are averages over the frames."""
     tokenize_ms: float = 0.0
+    speaker_encode_ms: float = 0.0  # voice cloning from a reference clip (0 on a voice-cache hit)
+    codec_encode_ms: float = 0.0
+    voice_cache: str | None = None  # "hit", "miss" or "off" when a reference clip was given
     prompt_ms: float = 0.0
     prefill_ms: float = 0.0
     talker_ms_per_frame: float = 0.0
@@ -32,8 +35,12 @@ class Timings:
 
     def format(self) -> str:
         ttfa = "-" if self.time_to_first_audio_ms is None else f"{self.time_to_first_audio_ms:.0f} ms"
-        rows = [
-            ("tokenize", f"{self.tokenize_ms:.1f} ms"), ("prompt", f"{self.prompt_ms:.1f} ms"),
+        rows = [("tokenize", f"{self.tokenize_ms:.1f} ms")]
+        if self.voice_cache is not None:
+            rows += [("speaker encode", f"{self.speaker_encode_ms:.1f} ms"),
+                     ("codec encode", f"{self.codec_encode_ms:.1f} ms"), ("voice cache", self.voice_cache)]
+        rows += [
+            ("prompt", f"{self.prompt_ms:.1f} ms"),
             ("prefill", f"{self.prefill_ms:.1f} ms"),
             ("talker", f"{self.talker_ms_per_frame:.1f} ms/frame"),
             ("code predictor", f"{self.predictor_ms_per_frame:.1f} ms/frame"),

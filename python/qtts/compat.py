@@ -1,7 +1,9 @@
 """The official qwen-tts method names and return shapes, for code written against it.
 
-`generate_custom_voice` and `generate_voice_design` return `(list of float32 waveforms, sample_rate)`
-and accept a single text or a list (each item synthesized in turn); language None means "auto".
+`generate_custom_voice`, `generate_voice_design` and `generate_voice_clone` return `(list of float32
+waveforms, sample_rate)` and accept a single text or a list (each item synthesized in turn);
+language None means "auto". `create_voice_clone_prompt` returns a list of qtts.Voice, which
+`generate_voice_clone(voice_clone_prompt=...)` takes back.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from .model import Model
+    from .voice import Voice
 
 
 def _broadcast(name: str, value: Any, n: int) -> list[Any]:
@@ -48,6 +51,30 @@ class QwenTTSCompat:
                               language: str | list[str] | None = None, non_streaming_mode: bool = True,
                               **kwargs: Any) -> tuple[list[np.ndarray], int]:
         return _batch(self, text, dict(instruct=instruct, language=language), non_streaming_mode, kwargs)
+
+    def create_voice_clone_prompt(self: Model, ref_audio: Any, ref_text: str | list[str | None] | None = None,  # type: ignore[misc]
+                                  x_vector_only_mode: bool | list[bool] = False) -> list[Voice]:
+        audios = ref_audio if isinstance(ref_audio, list) else [ref_audio]
+        texts = _broadcast("ref_text", ref_text, len(audios))
+        modes = _broadcast("x_vector_only_mode", x_vector_only_mode, len(audios))
+        return [self.create_voice(a, t, x_vector_only_mode=bool(x)) for a, t, x in zip(audios, texts, modes)]
+
+    def generate_voice_clone(self: Model, text: str | list[str],  # type: ignore[misc]
+                             language: str | list[str] | None = None, ref_audio: Any = None,
+                             ref_text: str | list[str | None] | None = None,
+                             x_vector_only_mode: bool | list[bool] = False,
+                             voice_clone_prompt: Voice | list[Voice] | None = None, non_streaming_mode: bool = False,
+                             **kwargs: Any) -> tuple[list[np.ndarray], int]:
+        if voice_clone_prompt is None:
+            if ref_audio is None:
+                raise ValueError("either voice_clone_prompt or ref_audio must be provided")
+            voices = self.create_voice_clone_prompt(ref_audio, ref_text, x_vector_only_mode)
+        else:
+            voices = voice_clone_prompt if isinstance(voice_clone_prompt, list) else [voice_clone_prompt]
+        n = 1 if isinstance(text, str) else len(text)
+        if len(voices) == 1:
+            voices = voices * n
+        return _batch(self, text, dict(voice=voices, language=language), non_streaming_mode, kwargs)
 
     def get_supported_speakers(self: Model) -> list[str]:  # type: ignore[misc]
         return sorted(self.speakers)

@@ -8,11 +8,13 @@ Documented transforms (tests compare every tensor against the checkpoint through
   this on every call);
 * SnakeBeta parameters are stored as exp(alpha) and 1 / (exp(beta) + 1e-9);
 * pointwise (k=1) convolutions are stored as 2-D matrices;
-* the codec decoder's convolutions are stored in the panel layout its conv-GEMM streams
-  (activations are channel-fastest): a kernel reading k taps of `in` channels into `out`
-  outputs becomes [out/P, k, in, P] with P = 16 when 16 divides `out`, else P = out. Conv1d
-  [out,in,k] is read as k taps, ConvTranspose1d [in,out,k] as one tap into k*out outputs
-  (tap-major); depthwise [C,1,k] is stored as [k,C];
+* the convolutions of the codec decoder, the codec encoder and the speaker encoder are stored
+  in the panel layout their conv-GEMM streams (activations are channel-fastest): a kernel
+  reading k taps of `in` channels into `out` outputs becomes [out/P, k, in, P] with P = 16 when
+  16 divides `out`, else P = out. Conv1d [out,in,k] is read as k taps (pointwise ones as one
+  tap), ConvTranspose1d [in,out,k] as one tap into k*out outputs (tap-major); depthwise
+  [C,1,k] is stored as [k,C]. The speaker encoder's SE and final layers, which see one frame,
+  stay 2-D matrices;
 * tensors the 12 Hz inference never reads are dropped: the decoder quantizers' input_proj,
   the encoder quantizers' output_proj and `initialized` flags, and the Mimi acoustic
   codebooks beyond the 16 valid quantizers.
@@ -129,7 +131,6 @@ _PLAIN = {
     "talker.code_predictor.model.norm.weight": (TN.CODE_PRED_OUTPUT_NORM, "f32"),
     "talker.code_predictor.small_to_mtp_projection.weight": (TN.CODE_PRED_MTP_PROJ, "linear"),
     "talker.code_predictor.small_to_mtp_projection.bias": (TN.CODE_PRED_MTP_PROJ_B, "f32"),
-    "speaker_encoder.blocks.0.conv.weight": (TN.SPK_CONV0, "f32"),
     "speaker_encoder.blocks.0.conv.bias": (TN.SPK_CONV0_B, "f32"),
     "decoder.pre_conv.conv.bias": (TN.DEC_PRE_CONV_B, "f32"),
     "decoder.pre_transformer.input_proj.weight": (TN.DEC_TFM_IN, "f32"),
@@ -137,27 +138,27 @@ _PLAIN = {
     "decoder.pre_transformer.output_proj.weight": (TN.DEC_TFM_OUT, "f32"),
     "decoder.pre_transformer.output_proj.bias": (TN.DEC_TFM_OUT_B, "f32"),
     "decoder.pre_transformer.norm.weight": (TN.DEC_TFM_NORM, "f32"),
-    "encoder.downsample.conv.weight": (TN.ENC_DOWNSAMPLE, "f32"),
 }
 # (regex, gguf pattern, transform); groups are formatted into the pattern as integers.
 _RULES: list[tuple[str, str, Transform | None]] = [
     (r"talker\.code_predictor\.model\.codec_embedding\.(\d+)\.weight", TN.CODE_PRED_CODEC_EMBD, None),
     (r"talker\.code_predictor\.lm_head\.(\d+)\.weight", TN.CODE_PRED_LM_HEAD, None),
-    (r"speaker_encoder\.blocks\.(\d+)\.tdnn1\.conv\.weight", TN.SPK_TDNN1, _squeeze_k1),
+    (r"speaker_encoder\.blocks\.0\.conv\.weight", TN.SPK_CONV0, _conv_panels),
+    (r"speaker_encoder\.blocks\.(\d+)\.tdnn1\.conv\.weight", TN.SPK_TDNN1, _conv_panels),
     (r"speaker_encoder\.blocks\.(\d+)\.tdnn1\.conv\.bias", TN.SPK_TDNN1_B, None),
-    (r"speaker_encoder\.blocks\.(\d+)\.tdnn2\.conv\.weight", TN.SPK_TDNN2, _squeeze_k1),
+    (r"speaker_encoder\.blocks\.(\d+)\.tdnn2\.conv\.weight", TN.SPK_TDNN2, _conv_panels),
     (r"speaker_encoder\.blocks\.(\d+)\.tdnn2\.conv\.bias", TN.SPK_TDNN2_B, None),
-    (r"speaker_encoder\.blocks\.(\d+)\.res2net_block\.blocks\.(\d+)\.conv\.weight", TN.SPK_RES2NET, None),
+    (r"speaker_encoder\.blocks\.(\d+)\.res2net_block\.blocks\.(\d+)\.conv\.weight", TN.SPK_RES2NET, _conv_panels),
     (r"speaker_encoder\.blocks\.(\d+)\.res2net_block\.blocks\.(\d+)\.conv\.bias", TN.SPK_RES2NET_B, None),
     (r"speaker_encoder\.blocks\.(\d+)\.se_block\.conv1\.weight", TN.SPK_SE1, _squeeze_k1),
     (r"speaker_encoder\.blocks\.(\d+)\.se_block\.conv1\.bias", TN.SPK_SE1_B, None),
     (r"speaker_encoder\.blocks\.(\d+)\.se_block\.conv2\.weight", TN.SPK_SE2, _squeeze_k1),
     (r"speaker_encoder\.blocks\.(\d+)\.se_block\.conv2\.bias", TN.SPK_SE2_B, None),
-    (r"speaker_encoder\.mfa\.conv\.weight", TN.SPK_MFA, _squeeze_k1),
+    (r"speaker_encoder\.mfa\.conv\.weight", TN.SPK_MFA, _conv_panels),
     (r"speaker_encoder\.mfa\.conv\.bias", TN.SPK_MFA_B, None),
-    (r"speaker_encoder\.asp\.tdnn\.conv\.weight", TN.SPK_ASP_TDNN, _squeeze_k1),
+    (r"speaker_encoder\.asp\.tdnn\.conv\.weight", TN.SPK_ASP_TDNN, _conv_panels),
     (r"speaker_encoder\.asp\.tdnn\.conv\.bias", TN.SPK_ASP_TDNN_B, None),
-    (r"speaker_encoder\.asp\.conv\.weight", TN.SPK_ASP_CONV, _squeeze_k1),
+    (r"speaker_encoder\.asp\.conv\.weight", TN.SPK_ASP_CONV, _conv_panels),
     (r"speaker_encoder\.asp\.conv\.bias", TN.SPK_ASP_CONV_B, None),
     (r"speaker_encoder\.fc\.weight", TN.SPK_FC, _squeeze_k1),
     (r"speaker_encoder\.fc\.bias", TN.SPK_FC_B, None),
@@ -175,12 +176,13 @@ _RULES: list[tuple[str, str, Transform | None]] = [
     (r"decoder\.upsample\.(\d+)\.1\.pwconv2\.weight", TN.DEC_UP_PW2, None),
     (r"decoder\.upsample\.(\d+)\.1\.pwconv2\.bias", TN.DEC_UP_PW2_B, None),
     (r"decoder\.upsample\.(\d+)\.1\.gamma", TN.DEC_UP_GAMMA, None),
-    (r"encoder\.encoder\.layers\.(\d+)\.conv\.weight", TN.ENC_CONV, None),
+    (r"encoder\.encoder\.layers\.(\d+)\.conv\.weight", TN.ENC_CONV, _conv_panels),
     (r"encoder\.encoder\.layers\.(\d+)\.conv\.bias", TN.ENC_CONV_B, None),
-    (r"encoder\.encoder\.layers\.(\d+)\.block\.1\.conv\.weight", TN.ENC_RES_CONV1, None),
+    (r"encoder\.encoder\.layers\.(\d+)\.block\.1\.conv\.weight", TN.ENC_RES_CONV1, _conv_panels),
     (r"encoder\.encoder\.layers\.(\d+)\.block\.1\.conv\.bias", TN.ENC_RES_CONV1_B, None),
-    (r"encoder\.encoder\.layers\.(\d+)\.block\.3\.conv\.weight", TN.ENC_RES_CONV2, _squeeze_k1),
+    (r"encoder\.encoder\.layers\.(\d+)\.block\.3\.conv\.weight", TN.ENC_RES_CONV2, _conv_panels),
     (r"encoder\.encoder\.layers\.(\d+)\.block\.3\.conv\.bias", TN.ENC_RES_CONV2_B, None),
+    (r"encoder\.downsample\.conv\.weight", TN.ENC_DOWNSAMPLE, _conv_panels),
     (r"encoder\.quantizer\.semantic_residual_vector_quantizer\.input_proj\.weight", TN.ENC_SEM_IN, _squeeze_k1),
     (r"encoder\.quantizer\.acoustic_residual_vector_quantizer\.input_proj\.weight", TN.ENC_ACU_IN, _squeeze_k1),
 ]

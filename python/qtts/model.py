@@ -13,6 +13,7 @@ import numpy as np
 from ._native import core
 from . import speech
 from .audio import Audio, AudioChunk, Timings
+from . import cloning
 from .compat import QwenTTSCompat
 from .generation import SETTINGS, GenerationResult, per_frame_timings, resolve_settings
 from .generation import frame_budget as frame_budget_for
@@ -20,12 +21,15 @@ from .gguf_meta import read_tokenizer
 from .prompt import build_prompt, resolve_voice
 from .threads import resolve_threads
 from .tokenizer import Tokenizer
+from .voice import Voice, VoiceCache, model_fingerprint
 
 
 class Model(QwenTTSCompat):
     """A Qwen3-TTS model loaded from a qtts GGUF file (see `qtts-cli convert`)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto"):
+    def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
+                 voice_cache: str | os.PathLike[str] | bool = True):
+        """voice_cache: where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off)."""
         self.path = Path(path)
         check_gguf_path(self.path)
         self._native = core.Model(str(self.path), device)
@@ -33,6 +37,12 @@ class Model(QwenTTSCompat):
         self.n_threads = resolve_threads(n_threads)
         self._session = core.Session(self._native, self.n_threads)
         self._lock = _SessionLock()
+        self._fingerprint: str | None = None
+        if voice_cache is True:
+            from .registry import cache_dir
+
+            voice_cache = cache_dir() / "voices"
+        self.voice_cache = VoiceCache(voice_cache) if voice_cache else None
 
     @property
     def variant(self) -> str:
@@ -73,6 +83,39 @@ class Model(QwenTTSCompat):
             return self._session.text_embed([int(i) for i in ids])
 
     @property
+    def hidden_size(self) -> int:
+        return int(self._native.hparams["talker"]["embedding_length"])
+
+    @property
+    def num_code_groups(self) -> int:
+        return int(self._native.hparams["talker"]["num_code_groups"])
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the speaker encoder voices are made with (the same for every quantization
+        of one checkpoint); empty for models without one."""
+        if self._fingerprint is None:
+            tensors = self._native.tensor_data("spk_enc.")
+            self._fingerprint = model_fingerprint(tensors) if tensors else ""
+        return self._fingerprint
+
+    def speaker_embedding(self, ref_audio: cloning.AudioSource | np.ndarray) -> np.ndarray:
+        """The x-vector of a reference clip (base models): a path, a (samples, sample_rate) tuple or
+        24 kHz samples, as the reference's extract_speaker_embedding after its resampling."""
+        return cloning.speaker_embedding(self, cloning.reference_samples(self, ref_audio))
+
+    def encode(self, ref_audio: cloning.AudioSource | np.ndarray) -> np.ndarray:
+        """Codec codes [ceil(samples / 1920), 16] of a clip (the reference speech tokenizer's encode)."""
+        return cloning.encode(self, cloning.reference_samples(self, ref_audio))
+
+    def create_voice(self, ref_audio: cloning.AudioSource | np.ndarray, ref_text: str | None = None, *,
+                     x_vector_only_mode: bool = False) -> Voice:
+        """A cloned voice from a reference clip (base models). In-context cloning (the default) needs
+        ref_text, the clip's transcript; x_vector_only_mode uses the speaker embedding alone.
+        Repeated clips come from the voice cache."""
+        return cloning.create_voice(self, ref_audio, ref_text, x_vector_only_mode, self.voice_cache)[0]
+
+    @property
     def codec_ids(self) -> dict[str, int]:
         """Codec-stream control ids (pad, bos, eos, think, nothink, think_bos, think_eos)."""
         return dict(self._native.codec_ids)
@@ -94,11 +137,13 @@ class Model(QwenTTSCompat):
                        subtalker_top_k: int | None = None, subtalker_top_p: float | None = None,
                        subtalker_temperature: float | None = None, max_new_tokens: int | None = None,
                        non_streaming_mode: bool | None = None, seed: int | None = None,
-                       frame_budget: int | str | None = "auto") -> GenerationResult:
-        """Codec codes [frames, 16] for `text` (CustomVoice: a speaker; VoiceDesign: an instruct).
+                       frame_budget: int | str | None = "auto", voice: Voice | None = None) -> GenerationResult:
+        """Codec codes [frames, 16] for `text` (CustomVoice: a speaker; VoiceDesign: an instruct;
+        Base: a cloned voice from create_voice).
 
         Settings left as None take the model's generation_defaults; non_streaming_mode defaults
-        to True, as in the reference's generate_custom_voice / generate_voice_design. At most
+        to True, as in the reference's generate_custom_voice / generate_voice_design (False for
+        base models, as generate_voice_clone). At most
         max_new_tokens - 1 frames come out. The same seed gives the same codes.
 
         frame_budget guards against runaway generation (a lost EOS): "auto" derives a generous
@@ -110,11 +155,12 @@ class Model(QwenTTSCompat):
                         repetition_penalty=repetition_penalty, subtalker_dosample=subtalker_dosample,
                         subtalker_top_k=subtalker_top_k, subtalker_top_p=subtalker_top_p,
                         subtalker_temperature=subtalker_temperature, max_new_tokens=max_new_tokens)
-        voice = resolve_voice(self, language=language, speaker=speaker, instruct=instruct)
+        cond = resolve_voice(self, language=language, speaker=speaker, instruct=instruct, voice=voice)
         s = resolve_settings(self.generation_defaults, settings, seed)
         s["max_frames"] = frame_budget_for(text, frame_budget)
-        prompt = build_prompt(self, text, voice,
-                              non_streaming_mode=True if non_streaming_mode is None else non_streaming_mode)
+        if non_streaming_mode is None:
+            non_streaming_mode = self.variant != "base"
+        prompt = build_prompt(self, text, cond, non_streaming_mode=non_streaming_mode)
         with self._lock:
             codes, stop_reason, raw = self._session.generate(prompt.embeddings, prompt.trailing, s)
         return GenerationResult(codes, stop_reason, s["seed"], per_frame_timings(raw))
@@ -124,20 +170,27 @@ class Model(QwenTTSCompat):
         return int(self._native.hparams["codec_decoder"]["sample_rate"])
 
     def synthesize(self, text: str, *, speaker: str | None = None, language: str = "auto",
-                   instruct: str | None = None, seed: int | None = None, split_sentences: bool | int = False,
+                   instruct: str | None = None, voice: Voice | None = None,
+                   ref_audio: cloning.AudioSource | np.ndarray | None = None, ref_text: str | None = None,
+                   x_vector_only_mode: bool = False, seed: int | None = None, split_sentences: bool | int = False,
                    frame_budget: int | str | None = "auto", non_streaming_mode: bool | None = None,
                    **sampling: Any) -> Audio:
         """Speech for `text`, all at once. `sampling` takes the generate_codes settings
         (do_sample, temperature, top_k, top_p, repetition_penalty, subtalker_*, max_new_tokens).
         split_sentences synthesizes long text sentence by sentence with the same voice (pieces of
-        up to 200 characters, or as many as an integer gives), joined with a short pause."""
+        up to 200 characters, or as many as an integer gives), joined with a short pause.
+
+        Base models clone a voice: pass voice= (create_voice), or ref_audio= with ref_text= (ICL)
+        or x_vector_only_mode=True, as generate_voice_clone takes them."""
         req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
-                            non_streaming_mode, sampling)
+                            non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
         with self._lock:
             return speech.synthesize(self, req)
 
     def stream(self, text: str, *, speaker: str | None = None, language: str = "auto",
-               instruct: str | None = None, seed: int | None = None, split_sentences: bool | int = False,
+               instruct: str | None = None, voice: Voice | None = None,
+               ref_audio: cloning.AudioSource | np.ndarray | None = None, ref_text: str | None = None,
+               x_vector_only_mode: bool = False, seed: int | None = None, split_sentences: bool | int = False,
                frame_budget: int | str | None = "auto", non_streaming_mode: bool | None = None,
                first_chunk_frames: int = 1, max_chunk_frames: int = 8, timings: Timings | None = None,
                **sampling: Any) -> Iterator[AudioChunk]:
@@ -145,7 +198,7 @@ class Model(QwenTTSCompat):
         stops the generation; the concatenated chunks equal synthesize()'s samples. Pass a
         Timings to have it filled in (time to first audio included) as the stream runs."""
         req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
-                            non_streaming_mode, sampling)
+                            non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
 
         def chunks() -> Iterator[AudioChunk]:
             with self._lock:
@@ -162,14 +215,26 @@ class Model(QwenTTSCompat):
 
     def _request(self, text: str, speaker: str | None, language: str, instruct: str | None, seed: int | None,
                  split_sentences: bool | int, frame_budget: int | str | None, non_streaming_mode: bool | None,
-                 sampling: dict[str, Any]) -> speech.Request:
+                 sampling: dict[str, Any], voice: Voice | None, ref_audio: Any, ref_text: str | None,
+                 x_vector_only_mode: bool) -> speech.Request:
         unknown = set(sampling) - set(SETTINGS)
         if unknown:
             raise TypeError(f"unexpected argument(s) {', '.join(sorted(unknown))}; sampling settings are "
                             f"{', '.join(SETTINGS)}")
-        return speech.make_request(self, text, language=language, speaker=speaker, instruct=instruct, seed=seed,
-                                   non_streaming_mode=non_streaming_mode, frame_budget=frame_budget,
-                                   split_sentences=split_sentences, settings=sampling)
+        clone = None
+        if ref_audio is not None:
+            if voice is not None:
+                raise ValueError("pass either voice or ref_audio, not both")
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError("text is empty")
+            voice, clone = cloning.create_voice(self, ref_audio, ref_text, x_vector_only_mode, self.voice_cache)
+        elif ref_text is not None or x_vector_only_mode:
+            raise ValueError("ref_text and x_vector_only_mode go with ref_audio")
+        req = speech.make_request(self, text, language=language, speaker=speaker, instruct=instruct, seed=seed,
+                                  non_streaming_mode=non_streaming_mode, frame_budget=frame_budget,
+                                  split_sentences=split_sentences, settings=sampling, voice=voice)
+        req.clone_timings = clone
+        return req
 
     def cancel(self) -> None:
         """Stop a generation running in another thread after its current frame."""

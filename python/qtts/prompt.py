@@ -1,6 +1,7 @@
-"""Talker prompts for CustomVoice and VoiceDesign (spec §2.5), built exactly as the reference
-does (M:2066-2237): a prompt embedding matrix for the prefill and the trailing text vectors the
-generation loop adds one per frame."""
+"""Talker prompts (spec §2.5), built exactly as the reference does (M:1968-2237): CustomVoice
+(a named speaker), VoiceDesign (an instruct) and Base voice clones (an x-vector in the speaker
+slot, plus the reference transcript and codes for ICL). A prompt is the embedding matrix for the
+prefill and the trailing text vectors the generation loop adds one per frame."""
 from __future__ import annotations
 
 import time
@@ -9,16 +10,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .voice import Voice, check_voice
+
 if TYPE_CHECKING:
     from .model import Model
 
 
 @dataclass(frozen=True)
-class Voice:
+class Conditioning:
     """A validated request: what the codec prefill and the instruct block will hold."""
     language_id: int | None  # None: "auto" without a dialect speaker (the nothink block)
     speaker_id: int | None
     instruct: str | None
+    clone: Voice | None = None  # Base models: the x-vector (and ICL reference)
 
 
 @dataclass(frozen=True)
@@ -28,12 +32,21 @@ class Prompt:
     tokenize_ms: float = 0.0
 
 
-def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct: str | None) -> Voice:
+def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct: str | None,
+                  voice: Voice | None = None) -> Conditioning:
     """Check a request against the model the way the reference's wrapper does, raising ValueError
     where the reference would fail or silently ignore an argument."""
     variant = model.variant
-    if variant not in ("custom_voice", "voice_design"):
-        raise ValueError(f"generate_codes supports custom_voice and voice_design models; this one is {variant!r}")
+    if variant == "base":
+        if voice is None:
+            raise ValueError("a base model clones a voice: pass voice= (from create_voice) or ref_audio=")
+        if speaker:
+            raise ValueError("speaker is for custom_voice models; a base model speaks with the cloned voice")
+        if instruct:
+            raise ValueError("base models take no instruct (the reference's generate_voice_clone has none)")
+        check_voice(voice, model.fingerprint, model.hidden_size, model.num_code_groups)
+    elif voice is not None:
+        raise ValueError(f"voice cloning needs a base model; this one is {variant!r}")
     lang = str(language).lower()
     if lang not in model.languages:
         raise ValueError(f"unsupported language {language!r}; supported: {', '.join(model.languages)}")
@@ -59,34 +72,44 @@ def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct:
     elif speaker:
         raise ValueError("speaker is only for custom_voice models; describe the voice with instruct")
     # The reference treats an empty instruct as none (W:706, W:821).
-    return Voice(language_id, speaker_id, instruct or None)
+    return Conditioning(language_id, speaker_id, instruct or None, voice)
 
 
-def build_prompt(model: Model, text: str, voice: Voice, *, non_streaming_mode: bool) -> Prompt:
+def build_prompt(model: Model, text: str, cond: Conditioning, *, non_streaming_mode: bool) -> Prompt:
     tok = model.tokenizer
     t0 = time.perf_counter()
     text_ids = tok.prompt_text_ids(text)  # validates: non-empty, template slices intact
     role = tok.assistant_ids(text)[:3]
     tid = model._native.text_ids
-    instruct_ids = tok.instruct_ids(voice.instruct) if voice.instruct else []
+    instruct_ids = tok.instruct_ids(cond.instruct) if cond.instruct else []
+    icl = cond.clone is not None and not cond.clone.x_vector_only_mode
+    ref_ids = tok.ref_prompt_ids(cond.clone.ref_text or "") if icl else []
     tokenize_ms = (time.perf_counter() - t0) * 1e3
     # One projection call for every text vector the prompt needs.
     specials = [tid["tts_bos"], tid["tts_eos"], tid["tts_pad"]]
-    p = model.text_embedding(role + specials + text_ids + instruct_ids)
-    p_role, (bos, eos, pad), p_text, p_instruct = np.split(p, np.cumsum([3, 3, len(text_ids)]))
+    p = model.text_embedding(role + specials + ref_ids + text_ids + instruct_ids)
+    p_role, (bos, eos, pad), p_ref, p_text, p_instruct = np.split(
+        p, np.cumsum([3, 3, len(ref_ids), len(text_ids)]))
 
     cid = model.codec_ids
-    think = ([cid["nothink"], cid["think_bos"], cid["think_eos"]] if voice.language_id is None
-             else [cid["think"], cid["think_bos"], voice.language_id, cid["think_eos"]])
-    speaker = [] if voice.speaker_id is None else [voice.speaker_id]
+    think = ([cid["nothink"], cid["think_bos"], cid["think_eos"]] if cond.language_id is None
+             else [cid["think"], cid["think_bos"], cond.language_id, cid["think_eos"]])
+    speaker = [] if cond.speaker_id is None else [cond.speaker_id]
     seq = think + speaker + [cid["pad"], cid["bos"]]
     c = model.codec_embedding(seq)
+    if cond.clone is not None:  # the x-vector takes the speaker slot
+        c = np.concatenate([c[:len(think)], cond.clone.x_vector[None].astype(np.float32), c[len(think):]])
     c_pad, c_bos = c[-2], c[-1]
 
     # The codec prefill without its final BOS, under PAD text with BOS text on the last slot.
-    codec_text = np.concatenate([np.repeat(pad[None], len(seq) - 2, axis=0), bos[None]]) + c[:-1]
+    codec_text = np.concatenate([np.repeat(pad[None], len(c) - 2, axis=0), bos[None]]) + c[:-1]
     parts = [p_instruct, p_role, codec_text]
-    if non_streaming_mode:
+    if icl:
+        assert cond.clone is not None and cond.clone.ref_codes is not None
+        block, trailing = _icl_block(model, np.concatenate([p_ref, p_text, eos[None]]), cond.clone.ref_codes,
+                                     c_bos, c_pad, pad, non_streaming_mode)
+        parts.append(block)
+    elif non_streaming_mode:
         parts += [np.concatenate([p_text, eos[None]]) + c_pad, (pad + c_bos)[None]]
         trailing = pad[None]
     else:
@@ -94,3 +117,18 @@ def build_prompt(model: Model, text: str, voice: Voice, *, non_streaming_mode: b
         trailing = np.concatenate([p_text[1:], eos[None]])
     return Prompt(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32),
                   np.ascontiguousarray(trailing, dtype=np.float32), tokenize_ms)
+
+
+def _icl_block(model: Model, txt: np.ndarray, ref_codes: np.ndarray, c_bos: np.ndarray, c_pad: np.ndarray,
+               pad: np.ndarray, non_streaming_mode: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The ICL block and trailing vectors (generate_icl_prompt, M:1968-2020): the reference and
+    target text against C(bos) followed by the reference frames."""
+    with model._lock:
+        frames = model._session.frame_embed(ref_codes)
+    cod = np.concatenate([c_bos[None], frames])
+    t1, t2 = len(txt), len(cod)
+    if non_streaming_mode:
+        return np.concatenate([txt + c_pad, cod + pad]), pad[None]
+    if t1 > t2:
+        return txt[:t2] + cod, txt[t2:]
+    return np.concatenate([txt, np.repeat(pad[None], t2 - t1, axis=0)]) + cod, pad[None]

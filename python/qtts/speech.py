@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .audio import Audio, AudioChunk, Timings
+from .cloning import CloneTimings
 from .generation import frame_budget, resolve_settings
-from .prompt import build_prompt, resolve_voice
+from .prompt import Conditioning, build_prompt, resolve_voice
+from .voice import Voice
 from .text import split_text
 
 if TYPE_CHECKING:
@@ -28,18 +30,19 @@ PAUSE_SECONDS = 0.25  # silence between split sentences
 class Request:
     """One synthesis request, validated once and reused for every text piece."""
     pieces: list[str]
-    voice: Any
+    cond: Conditioning
     settings: dict[str, Any]
     non_streaming_mode: bool
     budget: int | str | None
+    clone_timings: CloneTimings | None = None  # set when the request encoded a reference clip
 
 
 def make_request(model: Model, text: str, *, language: str, speaker: str | None, instruct: str | None,
                  seed: int | None, non_streaming_mode: bool | None, frame_budget: int | str | None,
-                 split_sentences: bool | int, settings: dict[str, Any]) -> Request:
+                 split_sentences: bool | int, settings: dict[str, Any], voice: Voice | None = None) -> Request:
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text is empty")
-    voice = resolve_voice(model, language=language, speaker=speaker, instruct=instruct)
+    cond = resolve_voice(model, language=language, speaker=speaker, instruct=instruct, voice=voice)
     s = resolve_settings(model.generation_defaults, settings, seed)
     if split_sentences is True:
         pieces = split_text(text)
@@ -47,7 +50,9 @@ def make_request(model: Model, text: str, *, language: str, speaker: str | None,
         pieces = split_text(text, max_chars=int(split_sentences))
     else:
         pieces = [text]
-    return Request(pieces, voice, s, True if non_streaming_mode is None else non_streaming_mode, frame_budget)
+    if non_streaming_mode is None:  # the reference's defaults: generate_voice_clone streams text
+        non_streaming_mode = model.variant != "base"
+    return Request(pieces, cond, s, non_streaming_mode, frame_budget)
 
 
 def _piece_settings(req: Request, i: int, piece: str) -> dict[str, Any]:
@@ -65,9 +70,10 @@ def synthesize(model: Model, req: Request) -> Audio:
     all_codes: list[np.ndarray] = []
     stop_reason = "eos"
     gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
+    _clone_timings(timings, req.clone_timings)
     for i, piece in enumerate(req.pieces):
         t0 = time.perf_counter()
-        prompt = build_prompt(model, piece, req.voice, non_streaming_mode=req.non_streaming_mode)
+        prompt = build_prompt(model, piece, req.cond, non_streaming_mode=req.non_streaming_mode)
         timings.prompt_ms += (time.perf_counter() - t0) * 1e3 - prompt.tokenize_ms
         timings.tokenize_ms += prompt.tokenize_ms
         codes, reason, raw = model._session.generate(prompt.embeddings, prompt.trailing, _piece_settings(req, i, piece))
@@ -75,7 +81,7 @@ def synthesize(model: Model, req: Request) -> Audio:
             gen[k] += raw[k]
         if len(codes):
             t0 = time.perf_counter()
-            waves.append(model._session.decode(codes))
+            waves.append(_decode(model, codes, _ref_codes(req)))
             gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
             if i + 1 < len(req.pieces):
                 waves.append(pause)
@@ -100,13 +106,19 @@ def stream(model: Model, req: Request, *, first_chunk_frames: int = 1, max_chunk
     gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
     frames, samples_out, index = 0, 0, 0
     session = model._session
+    ref = _ref_codes(req)
+    _clone_timings(timings, req.clone_timings)
     for i, piece in enumerate(req.pieces):
         t0 = time.perf_counter()
-        prompt = build_prompt(model, piece, req.voice, non_streaming_mode=req.non_streaming_mode)
+        prompt = build_prompt(model, piece, req.cond, non_streaming_mode=req.non_streaming_mode)
         timings.prompt_ms += (time.perf_counter() - t0) * 1e3 - prompt.tokenize_ms
         timings.tokenize_ms += prompt.tokenize_ms
         session.generate_begin(prompt.embeddings, prompt.trailing, _piece_settings(req, i, piece))
         session.decode_stream_reset()
+        if ref is not None:  # the decoder's context: the reference frames, whose audio is not emitted
+            t0 = time.perf_counter()
+            session.decode_stream_push(ref)
+            gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
         n, reason, raw = first_chunk_frames, None, {}
         while reason is None:
             codes, reason, raw = session.generate_next(n)
@@ -135,6 +147,28 @@ def stream(model: Model, req: Request, *, first_chunk_frames: int = 1, max_chunk
             samples_out += len(pause)
             yield AudioChunk(pause, model.sample_rate, np.zeros((0, 16), dtype=np.int32), index)
             index += 1
+
+
+def _ref_codes(req: Request) -> np.ndarray | None:
+    clone = req.cond.clone
+    return None if clone is None else clone.ref_codes
+
+
+def _decode(model: Model, codes: np.ndarray, ref: np.ndarray | None) -> np.ndarray:
+    """The waveform of generated codes; an ICL voice decodes them after its reference codes and
+    cuts the reference's share off with the reference's own formula (spec G8)."""
+    if ref is None:
+        return model._session.decode(codes)
+    full = np.concatenate([ref, codes])
+    wav = model._session.decode(full)
+    cut = int(len(ref) / max(len(full), 1) * len(wav))
+    return wav[cut:]
+
+
+def _clone_timings(t: Timings, clone: CloneTimings | None) -> None:
+    if clone is not None:
+        t.speaker_encode_ms, t.codec_encode_ms, t.voice_cache = (clone.speaker_encode_ms, clone.codec_encode_ms,
+                                                                 clone.cache)
 
 
 def _finish(t: Timings, gen: dict[str, float], frames: int, audio_seconds: float, t_start: float) -> None:

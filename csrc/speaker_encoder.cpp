@@ -1,0 +1,146 @@
+// The speaker encoder (spec §5.2): an ECAPA-TDNN over the log-mel frames that gives the x-vector
+// the Base talker takes in its speaker slot. Activations are channel-fastest (ne = [C, T]);
+// the time-distributed convolutions are conv-GEMM custom ops (codec_ops.h) over reflect-padded
+// inputs built with one get_rows each, the statistics run on the transposed [T, C] layout.
+#include <string>
+#include <vector>
+
+#include "codec_ops.h"
+#include "error.h"
+#include "graph.h"
+#include "session.h"
+
+namespace qtts {
+
+namespace {
+
+constexpr float kStatEps = 1e-12f;
+
+struct SpeakerBuilder {
+    ggml_context * ctx;
+    const SpeakerEncoderWeights & w;
+    int64_t T;
+    std::vector<int> pads;  // reflect pads used, one index input per pad ("se.reflect.<p>")
+
+    // Reflect "same" padding of p frames on both sides: rows p..1, 0..T-1, T-2..T-1-p.
+    ggml_tensor * reflect(ggml_tensor * x, int p) {
+        if (p == 0) return x;
+        std::string name = "se.reflect." + std::to_string(p);
+        ggml_tensor * idx = ggml_get_tensor(ctx, name.c_str());
+        if (!idx) {
+            idx = named(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T + 2 * p), "%s", name.c_str());
+            ggml_set_input(idx);
+            pads.push_back(p);
+        }
+        return ggml_get_rows(ctx, x, idx);
+    }
+
+    ggml_tensor * conv(ggml_tensor * x, ggml_tensor * wt, ggml_tensor * b, int k, int d) {
+        return ggml_relu(ctx, conv_gemm(ctx, reflect(x, (k - 1) * d / 2), wt, T, b, nullptr));
+    }
+
+    // mean over time of [C, T] -> [C, 1]
+    ggml_tensor * time_mean(ggml_tensor * x) {
+        ggml_tensor * m = ggml_mean(ctx, ggml_cont(ctx, ggml_transpose(ctx, x)));
+        return ggml_reshape_2d(ctx, m, x->ne[0], 1);
+    }
+
+    ggml_tensor * block(ggml_tensor * x, int b) {
+        const SpeakerEncoderWeights::Block & blk = w.blocks[b - 1];
+        const int k = w.kernel_sizes[b], d = w.dilations[b], scale = w.res2net_scale;
+        ggml_tensor * u = conv(x, blk.tdnn1, blk.tdnn1_b, 1, 1);
+        const int64_t C = u->ne[0], sub = C / scale;
+        ggml_tensor * cat = nullptr;
+        ggml_tensor * y = nullptr;
+        for (int i = 0; i < scale; ++i) {
+            ggml_tensor * c = ggml_view_2d(ctx, u, sub, T, u->nb[1], i * sub * sizeof(float));
+            if (i == 0) {
+                y = ggml_cont(ctx, c);
+            } else {
+                ggml_tensor * in = i == 1 ? c : ggml_add(ctx, c, y);
+                y = conv(in, blk.res2net[i - 1], blk.res2net_b[i - 1], k, d);
+            }
+            cat = cat ? ggml_concat(ctx, cat, y, 0) : y;
+        }
+        ggml_tensor * v = conv(cat, blk.tdnn2, blk.tdnn2_b, 1, 1);
+        // squeeze-excitation: channel gates from the time average
+        ggml_tensor * s = ggml_relu(ctx, linear(ctx, time_mean(v), blk.se1, blk.se1_b));
+        s = ggml_sigmoid(ctx, linear(ctx, s, blk.se2, blk.se2_b));
+        return named(ggml_add(ctx, ggml_mul(ctx, v, s), x), "se.block%d", b);
+    }
+
+    // Weighted mean and std over time of xt [T, C] with weights a [T, C] (columns sum to 1).
+    std::pair<ggml_tensor *, ggml_tensor *> stats(ggml_tensor * xt, ggml_tensor * a) {
+        ggml_tensor * mean = a ? ggml_sum_rows(ctx, ggml_mul(ctx, xt, a)) : ggml_mean(ctx, xt);  // [1, C]
+        ggml_tensor * dev = ggml_sqr(ctx, ggml_sub(ctx, xt, mean));
+        ggml_tensor * var = a ? ggml_sum_rows(ctx, ggml_mul(ctx, dev, a)) : ggml_mean(ctx, dev);
+        ggml_tensor * std = ggml_sqrt(ctx, ggml_clamp(ctx, var, kStatEps, INFINITY));
+        const int64_t C = xt->ne[1];
+        return {ggml_reshape_2d(ctx, mean, C, 1), ggml_reshape_2d(ctx, std, C, 1)};
+    }
+
+    ggml_tensor * build(ggml_tensor * mel) {
+        ggml_tensor * x = named(conv(mel, w.conv0, w.conv0_b, w.kernel_sizes[0], w.dilations[0]), "se.block0");
+        ggml_tensor * cat = nullptr;
+        for (int b = 1; b <= 3; ++b) {
+            x = block(x, b);
+            cat = cat ? ggml_concat(ctx, cat, x, 0) : x;
+        }
+        x = named(conv(cat, w.mfa, w.mfa_b, 1, 1), "se.mfa");
+        // attentive statistics pooling: attention over time from the frames and global stats
+        ggml_tensor * xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C]
+        auto [mu, sigma] = stats(xt, nullptr);
+        ggml_tensor * ctx_in = ggml_concat(ctx, ggml_concat(ctx, x, ggml_repeat(ctx, mu, x), 0),
+                                           ggml_repeat(ctx, sigma, x), 0);
+        ggml_tensor * a = ggml_tanh(ctx, conv(ctx_in, w.asp_tdnn, w.asp_tdnn_b, 1, 1));
+        a = conv_gemm(ctx, a, w.asp_conv, T, w.asp_conv_b, nullptr);
+        a = named(ggml_soft_max(ctx, ggml_cont(ctx, ggml_transpose(ctx, a))), "se.asp_attn");  // over time
+        auto [wmu, wsigma] = stats(xt, a);
+        ggml_tensor * pooled = named(ggml_concat(ctx, wmu, wsigma, 0), "se.pooled");
+        return named(linear(ctx, pooled, w.fc, w.fc_b), "se.xvector");
+    }
+};
+
+}  // namespace
+
+std::vector<float> Session::speaker_embed(const std::vector<float> & mel, int64_t n_frames) {
+    if (!model_->speaker_encoder) fail("this %s model has no speaker encoder (voice cloning needs a Base model)",
+                                       model_->variant.c_str());
+    const SpeakerEncoderWeights & w = *model_->speaker_encoder;
+    require_cpu_codec("the speaker encoder");
+    int max_pad = 0;
+    for (size_t i = 0; i < w.kernel_sizes.size(); ++i) max_pad = std::max(max_pad, (w.kernel_sizes[i] - 1) * w.dilations[i] / 2);
+    if (n_frames <= max_pad) {
+        fail("speaker encoder: %lld mel frames are too few; the reflect padding needs more than %d (use a longer "
+             "reference clip)", static_cast<long long>(n_frames), max_pad);
+    }
+    if (static_cast<int64_t>(mel.size()) != n_frames * w.mel_dim) {
+        fail("speaker encoder: mel must have shape [frames, %d], got %zu values for %lld frames", w.mel_dim,
+             mel.size(), static_cast<long long>(n_frames));
+    }
+    std::vector<int> pads;
+    ggml_cgraph * gf = run(
+        [&](ggml_context * ctx, ggml_cgraph *) {
+            ggml_tensor * x = named(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w.mel_dim, n_frames), "se.mel");
+            ggml_set_input(x);
+            SpeakerBuilder b{ctx, w, n_frames, {}};
+            ggml_tensor * out = b.build(x);
+            pads = b.pads;
+            return out;
+        },
+        [&](ggml_cgraph * graph) {
+            ggml_backend_tensor_set(ggml_graph_get_tensor(graph, "se.mel"), mel.data(), 0, mel.size() * sizeof(float));
+            for (int p : pads) {
+                std::vector<int32_t> idx;
+                for (int64_t i = p; i >= 1; --i) idx.push_back(static_cast<int32_t>(i));
+                for (int64_t i = 0; i < n_frames; ++i) idx.push_back(static_cast<int32_t>(i));
+                for (int64_t i = n_frames - 2; i >= n_frames - 1 - p; --i) idx.push_back(static_cast<int32_t>(i));
+                std::string name = "se.reflect." + std::to_string(p);
+                ggml_backend_tensor_set(ggml_graph_get_tensor(graph, name.c_str()), idx.data(), 0,
+                                        idx.size() * sizeof(int32_t));
+            }
+        });
+    return read_output(gf);
+}
+
+}  // namespace qtts
