@@ -421,6 +421,9 @@ PYBIND11_MODULE(_core, mod) {
              },
              py::arg("codes"), py::arg("text"), py::arg("n_past"),
              "Debug: one decode step after talker_prefill; (logits, normed hidden state).")
+        .def("set_profiling", &Session::set_profiling, py::arg("on"),
+             "Per-op timing (graphs then run node by node); read it with profile().")
+        .def("profile", &Session::profile, "Milliseconds per op name since profiling was enabled.")
         .def("cancel", &Session::cancel, "Stop a generation in progress after the current frame (any thread).")
         .def("generate", &generate, py::arg("prompt"), py::arg("trailing"), py::arg("params"))
         .def("generate_begin", &generate_begin, py::arg("prompt"), py::arg("trailing"), py::arg("params"),

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codec_ops.h"
+#include "encoder_ops.h"
 #include "error.h"
 #include "graph.h"
 #include "session.h"
@@ -43,26 +44,26 @@ struct ConvStackBuilder {
     EncoderState & st;
     bool last;
 
-    ggml_tensor * with_left(ggml_tensor * x, ggml_tensor * left) {
-        if (!left) return x;
-        ggml_tensor * xp = ggml_concat(ctx, left, x, 1);
+    void keep(ggml_tensor * xp, ggml_tensor * left) {
         const int64_t p = left->ne[1];
         ggml_tensor * tail = ggml_view_2d(ctx, xp, xp->ne[0], p, xp->nb[1], (xp->ne[1] - p) * xp->nb[1]);
         ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, left));
-        return xp;
     }
 
-    // A causal conv of kernel k, stride s over x [Cin, L]; the last chunk is zero-padded on the
-    // right to a whole number of strides, as the reference's extra padding does.
-    ggml_tensor * conv(ggml_tensor * x, ggml_tensor * wt, ggml_tensor * b, int64_t k, int64_t s, ggml_tensor * left,
-                       ggml_tensor * res = nullptr) {
-        int64_t L = x->ne[1];
-        if (last && L % s != 0) {
-            x = ggml_pad(ctx, x, 0, static_cast<int>(s - L % s), 0, 0);
-            L = x->ne[1];
+    // A causal conv of kernel k, stride s over ELU(x) (x itself for the waveform), x [Cin, L]: its
+    // input is [left context; ELU(x)], and in the last chunk zero rows up to a whole number of
+    // strides, as the reference's extra right padding.
+    ggml_tensor * conv(ggml_tensor * x, bool elu, ggml_tensor * wt, ggml_tensor * b, int64_t k, int64_t s,
+                       ggml_tensor * left, ggml_tensor * res = nullptr) {
+        const int64_t L = x->ne[1], pad = last && L % s != 0 ? s - L % s : 0, n = (L + pad) / s, cin = x->ne[0];
+        ggml_tensor * xp = x;
+        if (elu) {
+            xp = elu_left(ctx, x, left, pad);
+        } else {
+            if (pad) xp = ggml_pad(ctx, xp, 0, static_cast<int>(pad), 0, 0);
+            if (left) xp = ggml_concat(ctx, left, xp, 1);
         }
-        ggml_tensor * xp = with_left(x, left);
-        const int64_t cin = x->ne[0], n = L / s;
+        if (left) keep(xp, left);
         if (s == 1) return conv_gemm(ctx, xp, wt, n, b, res);
         ggml_tensor * w1 = ggml_reshape_4d(ctx, wt, wt->ne[0], cin * k, 1, wt->ne[3]);
         return conv_gemm(ctx, overlapping_rows(ctx, xp, cin * k, n, s * xp->nb[1]), w1, n, b, res);
@@ -70,16 +71,16 @@ struct ConvStackBuilder {
 
     ggml_tensor * build(ggml_tensor * x) {
         const auto & c0 = w.convs[0];
-        x = named(conv(x, c0.w, c0.b, c0.kernel, 1, st.conv_left[0]), "ce.conv0");
+        x = named(conv(x, false, c0.w, c0.b, c0.kernel, 1, st.conv_left[0]), "ce.conv0");
         for (size_t i = 0; i < w.ratios.size(); ++i) {
             const CodecEncoderWeights::Residual & r = w.res[i];
-            ggml_tensor * h = conv(ggml_elu(ctx, x), r.conv1, r.conv1_b, w.residual_kernel_size, 1, st.res_left[i]);
-            x = named(conv(ggml_elu(ctx, h), r.conv2, r.conv2_b, 1, 1, nullptr, x), "ce.res%zu", i);
+            ggml_tensor * h = conv(x, true, r.conv1, r.conv1_b, w.residual_kernel_size, 1, st.res_left[i]);
+            x = named(conv(h, true, r.conv2, r.conv2_b, 1, 1, nullptr, x), "ce.res%zu", i);
             const auto & c = w.convs[i + 1];
-            x = named(conv(ggml_elu(ctx, x), c.w, c.b, c.kernel, c.stride, st.conv_left[i + 1]), "ce.down%zu", i);
+            x = named(conv(x, true, c.w, c.b, c.kernel, c.stride, st.conv_left[i + 1]), "ce.down%zu", i);
         }
         const auto & cl = w.convs.back();
-        return named(conv(ggml_elu(ctx, x), cl.w, cl.b, cl.kernel, 1, st.conv_left.back()), "ce.seanet");
+        return named(conv(x, true, cl.w, cl.b, cl.kernel, 1, st.conv_left.back()), "ce.seanet");
     }
 };
 
@@ -87,6 +88,9 @@ struct QuantizerBuilder {
     ggml_context * ctx;
     ggml_cgraph * gf;
     const CodecEncoderWeights & w;
+
+    // the transformer's linears are single-tap conv-GEMM panels
+    ggml_tensor * gemm(ggml_tensor * x, ggml_tensor * wt) { return conv_gemm(ctx, x, wt, x->ne[1], nullptr, nullptr); }
 
     ggml_tensor * layer_norm(ggml_tensor * x, ggml_tensor * g, ggml_tensor * b) {
         return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, w.hp.eps), g), b);
@@ -99,15 +103,15 @@ struct QuantizerBuilder {
             return ggml_rope_ext(ctx, t, pos, nullptr, hd, GGML_ROPE_TYPE_NEOX, 0, hp.rope_base, 1.0f, 0.0f, 1.0f,
                                  0.0f, 0.0f);
         };
-        ggml_tensor * q = rope(ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wq, x), hd, hp.n_head, n));
-        ggml_tensor * k = rope(ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wk, x), hd, hp.n_head_kv, n));
-        ggml_tensor * v = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wv, x), hd, hp.n_head_kv, n);
+        ggml_tensor * q = rope(ggml_reshape_3d(ctx, gemm(x, l.wq), hd, hp.n_head, n));
+        ggml_tensor * k = rope(ggml_reshape_3d(ctx, gemm(x, l.wk), hd, hp.n_head_kv, n));
+        ggml_tensor * v = ggml_reshape_3d(ctx, gemm(x, l.wv), hd, hp.n_head_kv, n);
         ggml_tensor * kq = ggml_mul_mat(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), ggml_permute(ctx, q, 0, 2, 1, 3));
         kq = ggml_soft_max_ext(ctx, ggml_diag_mask_inf(ctx, kq, 0), nullptr, 1.0f / std::sqrt(static_cast<float>(hd)),
                                0.0f);
         ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));  // [n, hd, n_head_kv]
         ggml_tensor * o = ggml_permute(ctx, ggml_mul_mat(ctx, vt, kq), 0, 2, 1, 3);
-        return ggml_mul_mat(ctx, l.wo, ggml_cont_2d(ctx, o, hd * hp.n_head, n));
+        return gemm(ggml_cont_2d(ctx, o, hd * hp.n_head, n), l.wo);
     }
 
     ggml_tensor * transformer(ggml_tensor * x, ggml_tensor * pos) {
@@ -116,7 +120,7 @@ struct QuantizerBuilder {
             ggml_tensor * a = attention(layer_norm(x, l.attn_norm, l.attn_norm_b), pos, l);
             x = ggml_add(ctx, x, ggml_mul(ctx, a, l.attn_scale));
             ggml_tensor * h = layer_norm(x, l.ffn_norm, l.ffn_norm_b);
-            h = ggml_mul_mat(ctx, l.ffn_down, ggml_gelu_erf(ctx, ggml_mul_mat(ctx, l.ffn_up, h)));
+            h = gemm(ggml_gelu_erf(ctx, gemm(h, l.ffn_up)), l.ffn_down);
             x = named(ggml_add(ctx, x, ggml_mul(ctx, h, l.ffn_scale)), "ce.tfm.%zu", il);
         }
         return x;

@@ -49,8 +49,14 @@ std::vector<int> positive_ints(const GgufFile & f, const char * k) {
     return std::vector<int>(v.begin(), v.end());
 }
 
+// conv-GEMM weights: k taps of `in` channels into n outputs, stored as panels [P, in, k, n/P]
+ggml_tensor * panels(GgufFile & f, const std::string & name, int64_t k, int64_t in, int64_t n) {
+    const int64_t p = n % 16 == 0 ? 16 : n;
+    return f.tensor(name, {p, in, k, n / p}, WeightKind::F32);
+}
+
 // Transformer layer weights. Variants: q/k norms (talker, predictor), LayerScale (codec),
-// LayerNorm with bias and a plain GELU MLP (codec encoder).
+// LayerNorm with bias and a plain GELU MLP with conv-GEMM panel linears (codec encoder).
 enum class LayerStyle { QWEN3, CODEC_DECODER, MIMI };
 
 std::vector<LayerWeights> load_layers(GgufFile & f, const char * net, const TransformerHParams & hp,
@@ -62,13 +68,16 @@ std::vector<LayerWeights> load_layers(GgufFile & f, const char * net, const Tran
         auto n = [&](const char * pat) { return format(pat, net, i); };
         LayerWeights & l = layers.emplace_back();
         l.attn_norm = f.tensor(n(tn::L_ATTN_NORM), {d}, WeightKind::F32);
-        l.wq = f.tensor(n(tn::L_ATTN_Q), {d, q}, matmul);
-        l.wk = f.tensor(n(tn::L_ATTN_K), {d, kv}, matmul);
-        l.wv = f.tensor(n(tn::L_ATTN_V), {d, kv}, matmul);
-        l.wo = f.tensor(n(tn::L_ATTN_OUT), {q, d}, matmul);
+        auto mat = [&](const char * pat, int64_t in, int64_t out) {
+            return style == LayerStyle::MIMI ? panels(f, n(pat), 1, in, out) : f.tensor(n(pat), {in, out}, matmul);
+        };
+        l.wq = mat(tn::L_ATTN_Q, d, q);
+        l.wk = mat(tn::L_ATTN_K, d, kv);
+        l.wv = mat(tn::L_ATTN_V, d, kv);
+        l.wo = mat(tn::L_ATTN_OUT, q, d);
         l.ffn_norm = f.tensor(n(tn::L_FFN_NORM), {d}, WeightKind::F32);
-        l.ffn_up = f.tensor(n(tn::L_FFN_UP), {d, hp.n_ff}, matmul);
-        l.ffn_down = f.tensor(n(tn::L_FFN_DOWN), {hp.n_ff, d}, matmul);
+        l.ffn_up = mat(tn::L_FFN_UP, d, hp.n_ff);
+        l.ffn_down = mat(tn::L_FFN_DOWN, hp.n_ff, d);
         if (style == LayerStyle::QWEN3) {
             l.q_norm = f.tensor(n(tn::L_ATTN_Q_NORM), {hp.head_dim}, WeightKind::F32);
             l.k_norm = f.tensor(n(tn::L_ATTN_K_NORM), {hp.head_dim}, WeightKind::F32);
@@ -122,12 +131,6 @@ void load_code_predictor(GgufFile & f, const TalkerWeights & t, CodePredictorWei
     c.mtp_proj_b = f.tensor(tn::CODE_PRED_MTP_PROJ_B, {dc}, WeightKind::F32, proj);
 }
 
-// conv-GEMM weights: k taps of `in` channels into n outputs, stored as panels [P, in, k, n/P]
-ggml_tensor * panels(GgufFile & f, const std::string & name, int64_t k, int64_t in, int64_t n) {
-    const int64_t p = n % 16 == 0 ? 16 : n;
-    return f.tensor(name, {p, in, k, n / p}, WeightKind::F32);
-}
-
 void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoderWeights & s) {
     s.embd = static_cast<int>(f.u32(kv::SPK_EMBEDDING_LENGTH));
     s.mel_dim = static_cast<int>(f.u32(kv::SPK_MEL_DIM));
@@ -167,7 +170,8 @@ void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoderWeights 
     const int64_t cm = c[4];
     s.mfa = panels(f, tn::SPK_MFA, 1, cm, cm);
     s.mfa_b = f.tensor(tn::SPK_MFA_B, {cm}, WeightKind::F32);
-    s.asp_tdnn = panels(f, tn::SPK_ASP_TDNN, 1, 3 * cm, s.attn_channels);
+    s.asp_tdnn = panels(f, tn::SPK_ASP_TDNN, 1, cm, s.attn_channels);
+    s.asp_tdnn_stats = f.tensor(tn::SPK_ASP_TDNN_STATS, {2 * cm, s.attn_channels}, WeightKind::F32);
     s.asp_tdnn_b = f.tensor(tn::SPK_ASP_TDNN_B, {s.attn_channels}, WeightKind::F32);
     s.asp_conv = panels(f, tn::SPK_ASP_CONV, 1, s.attn_channels, cm);
     s.asp_conv_b = f.tensor(tn::SPK_ASP_CONV_B, {cm}, WeightKind::F32);

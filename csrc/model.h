@@ -52,7 +52,8 @@ struct SpeakerEncoderWeights {
         std::vector<ggml_tensor *> res2net, res2net_b;
     };
     std::vector<Block> blocks;
-    ggml_tensor *mfa = nullptr, *mfa_b = nullptr, *asp_tdnn = nullptr, *asp_tdnn_b = nullptr;
+    // the attention TDNN reads [x; mean; std]: x through panels, the time-constant stats as a matrix
+    ggml_tensor *mfa = nullptr, *mfa_b = nullptr, *asp_tdnn = nullptr, *asp_tdnn_stats = nullptr, *asp_tdnn_b = nullptr;
     ggml_tensor *asp_conv = nullptr, *asp_conv_b = nullptr, *fc = nullptr, *fc_b = nullptr;
 };
 

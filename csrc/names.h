@@ -165,6 +165,7 @@ constexpr const char * SPK_SE2_B = "spk_enc.blocks.%d.se2.bias";
 constexpr const char * SPK_MFA = "spk_enc.mfa.weight";
 constexpr const char * SPK_MFA_B = "spk_enc.mfa.bias";
 constexpr const char * SPK_ASP_TDNN = "spk_enc.asp.tdnn.weight";
+constexpr const char * SPK_ASP_TDNN_STATS = "spk_enc.asp.tdnn_stats.weight";
 constexpr const char * SPK_ASP_TDNN_B = "spk_enc.asp.tdnn.bias";
 constexpr const char * SPK_ASP_CONV = "spk_enc.asp.conv.weight";
 constexpr const char * SPK_ASP_CONV_B = "spk_enc.asp.conv.bias";

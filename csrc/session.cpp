@@ -43,6 +43,23 @@ Session::~Session() {
     if (threadpool_) ggml_threadpool_free(threadpool_);
 }
 
+void Session::set_profiling(bool on) {
+    profile_.clear();
+    ggml_backend_sched_set_eval_callback(sched_, on ? &Session::profile_node : nullptr, this);
+}
+
+bool Session::profile_node(ggml_tensor * t, bool ask, void * self) {
+    auto * s = static_cast<Session *>(self);
+    const auto now = std::chrono::steady_clock::now();
+    if (ask) {
+        s->profile_t0_ = now;
+        return true;  // observe every node: the scheduler then computes them one at a time
+    }
+    const char * op = t->op == GGML_OP_UNARY ? ggml_unary_op_name(ggml_get_unary_op(t)) : ggml_op_name(t->op);
+    s->profile_[op] += std::chrono::duration<double, std::milli>(now - s->profile_t0_).count();
+    return true;
+}
+
 std::string Session::device() const { return ggml_backend_dev_name(model_->device); }
 
 ggml_cgraph * Session::run(const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <functional>
 #include <memory>
 #include <string>
@@ -81,7 +83,16 @@ public:
     // The codec encoder: 24 kHz samples -> codes [ceil(N / hop), n_quantizers] row-major.
     std::vector<int32_t> encode(const std::vector<float> & samples);
 
+    // Per-op time accounting for performance work: while enabled, graphs run node by node (slower
+    // overall) and each node's time is added to its op name ("MUL_MAT", "CUSTOM", ...), in ms.
+    void set_profiling(bool on);
+    std::map<std::string, double> profile() const { return profile_; }
+
 private:
+    static bool profile_node(ggml_tensor * t, bool ask, void * self);
+    std::map<std::string, double> profile_;
+    std::chrono::steady_clock::time_point profile_t0_;
+
     // Build a graph with `build`, allocate it, let `set_inputs` fill the inputs, compute.
     ggml_cgraph * run(const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,
                       const std::function<void(ggml_cgraph *)> & set_inputs);

@@ -1,11 +1,12 @@
 // The speaker encoder (spec §5.2): an ECAPA-TDNN over the log-mel frames that gives the x-vector
 // the Base talker takes in its speaker slot. Activations are channel-fastest (ne = [C, T]);
 // the time-distributed convolutions are conv-GEMM custom ops (codec_ops.h) over reflect-padded
-// inputs built with one get_rows each, the statistics run on the transposed [T, C] layout.
+// inputs built with one get_rows each, the statistics over time a custom op (encoder_ops.h).
 #include <string>
 #include <vector>
 
 #include "codec_ops.h"
+#include "encoder_ops.h"
 #include "error.h"
 #include "graph.h"
 #include "session.h"
@@ -13,8 +14,6 @@
 namespace qtts {
 
 namespace {
-
-constexpr float kStatEps = 1e-12f;
 
 struct SpeakerBuilder {
     ggml_context * ctx;
@@ -39,44 +38,26 @@ struct SpeakerBuilder {
         return ggml_relu(ctx, conv_gemm(ctx, reflect(x, (k - 1) * d / 2), wt, T, b, nullptr));
     }
 
-    // mean over time of [C, T] -> [C, 1]
-    ggml_tensor * time_mean(ggml_tensor * x) {
-        ggml_tensor * m = ggml_mean(ctx, ggml_cont(ctx, ggml_transpose(ctx, x)));
-        return ggml_reshape_2d(ctx, m, x->ne[0], 1);
-    }
-
     ggml_tensor * block(ggml_tensor * x, int b) {
         const SpeakerEncoderWeights::Block & blk = w.blocks[b - 1];
         const int k = w.kernel_sizes[b], d = w.dilations[b], scale = w.res2net_scale;
+        // Res2Net: chunk i (i >= 1) is replaced in place by its conv output, so u ends up holding the
+        // concatenation; chunk i is read (into chunk i+1's input) before it is overwritten
         ggml_tensor * u = conv(x, blk.tdnn1, blk.tdnn1_b, 1, 1);
-        const int64_t C = u->ne[0], sub = C / scale;
-        ggml_tensor * cat = nullptr;
+        const int64_t sub = u->ne[0] / scale;
+        ggml_tensor * cat = u;
         ggml_tensor * y = nullptr;
-        for (int i = 0; i < scale; ++i) {
+        for (int i = 1; i < scale; ++i) {
             ggml_tensor * c = ggml_view_2d(ctx, u, sub, T, u->nb[1], i * sub * sizeof(float));
-            if (i == 0) {
-                y = ggml_cont(ctx, c);
-            } else {
-                ggml_tensor * in = i == 1 ? c : ggml_add(ctx, c, y);
-                y = conv(in, blk.res2net[i - 1], blk.res2net_b[i - 1], k, d);
-            }
-            cat = cat ? ggml_concat(ctx, cat, y, 0) : y;
+            y = conv(i == 1 ? c : ggml_add(ctx, c, y), blk.res2net[i - 1], blk.res2net_b[i - 1], k, d);
+            cat = ggml_set_2d_inplace(ctx, cat, y, u->nb[1], i * sub * sizeof(float));
         }
         ggml_tensor * v = conv(cat, blk.tdnn2, blk.tdnn2_b, 1, 1);
         // squeeze-excitation: channel gates from the time average
-        ggml_tensor * s = ggml_relu(ctx, linear(ctx, time_mean(v), blk.se1, blk.se1_b));
+        ggml_tensor * mean = ggml_view_2d(ctx, time_stats(ctx, v, nullptr), v->ne[0], 1, v->nb[1], 0);
+        ggml_tensor * s = ggml_relu(ctx, linear(ctx, mean, blk.se1, blk.se1_b));
         s = ggml_sigmoid(ctx, linear(ctx, s, blk.se2, blk.se2_b));
         return named(ggml_add(ctx, ggml_mul(ctx, v, s), x), "se.block%d", b);
-    }
-
-    // Weighted mean and std over time of xt [T, C] with weights a [T, C] (columns sum to 1).
-    std::pair<ggml_tensor *, ggml_tensor *> stats(ggml_tensor * xt, ggml_tensor * a) {
-        ggml_tensor * mean = a ? ggml_sum_rows(ctx, ggml_mul(ctx, xt, a)) : ggml_mean(ctx, xt);  // [1, C]
-        ggml_tensor * dev = ggml_sqr(ctx, ggml_sub(ctx, xt, mean));
-        ggml_tensor * var = a ? ggml_sum_rows(ctx, ggml_mul(ctx, dev, a)) : ggml_mean(ctx, dev);
-        ggml_tensor * std = ggml_sqrt(ctx, ggml_clamp(ctx, var, kStatEps, INFINITY));
-        const int64_t C = xt->ne[1];
-        return {ggml_reshape_2d(ctx, mean, C, 1), ggml_reshape_2d(ctx, std, C, 1)};
     }
 
     ggml_tensor * build(ggml_tensor * mel) {
@@ -87,16 +68,14 @@ struct SpeakerBuilder {
             cat = cat ? ggml_concat(ctx, cat, x, 0) : x;
         }
         x = named(conv(cat, w.mfa, w.mfa_b, 1, 1), "se.mfa");
-        // attentive statistics pooling: attention over time from the frames and global stats
-        ggml_tensor * xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C]
-        auto [mu, sigma] = stats(xt, nullptr);
-        ggml_tensor * ctx_in = ggml_concat(ctx, ggml_concat(ctx, x, ggml_repeat(ctx, mu, x), 0),
-                                           ggml_repeat(ctx, sigma, x), 0);
-        ggml_tensor * a = ggml_tanh(ctx, conv(ctx_in, w.asp_tdnn, w.asp_tdnn_b, 1, 1));
-        a = conv_gemm(ctx, a, w.asp_conv, T, w.asp_conv_b, nullptr);
-        a = named(ggml_soft_max(ctx, ggml_cont(ctx, ggml_transpose(ctx, a))), "se.asp_attn");  // over time
-        auto [wmu, wsigma] = stats(xt, a);
-        ggml_tensor * pooled = named(ggml_concat(ctx, wmu, wsigma, 0), "se.pooled");
+        // attentive statistics pooling; the attention TDNN's input [x; mean; std] splits into x and
+        // the time-constant statistics, which add one column
+        const int64_t C = x->ne[0];
+        ggml_tensor * stats = ggml_reshape_2d(ctx, time_stats(ctx, x, nullptr), 2 * C, 1);
+        ggml_tensor * col = linear(ctx, stats, w.asp_tdnn_stats, w.asp_tdnn_b);
+        ggml_tensor * a = ggml_tanh(ctx, ggml_relu(ctx, ggml_add(ctx, conv_gemm(ctx, x, w.asp_tdnn, T, nullptr, nullptr), col)));
+        a = named(conv_gemm(ctx, a, w.asp_conv, T, w.asp_conv_b, nullptr), "se.asp_logits");
+        ggml_tensor * pooled = named(ggml_reshape_2d(ctx, time_stats(ctx, x, a), 2 * C, 1), "se.pooled");
         return named(linear(ctx, pooled, w.fc, w.fc_b), "se.xvector");
     }
 };

@@ -55,6 +55,13 @@ def _expected(ck: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             exp[name] = 1.0 / (np.exp(v) + 1e-9)
         elif name.startswith("decoder.") and not name.startswith("decoder.quantizer.") and v.ndim == 3:
             exp[name] = _codec_decoder_conv(name, v)
+        elif name == "speaker_encoder.asp.tdnn.conv.weight":  # input [x; mean; std], split in two
+            c = v.shape[1] // 3
+            exp[name] = _panels(v[:, :c, 0].T[None])
+            exp[name + " (stats part)"] = v[:, c:, 0]
+        elif re.fullmatch(r"encoder\.encoder_transformer\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.fc[12])\.weight",
+                          name):
+            exp[name] = _panels(v.T[None])
         elif _GEMM_CONV.fullmatch(name):
             exp[name] = _panels(np.stack([v[:, :, j].T for j in range(v.shape[-1])]))
         elif v.ndim == 3 and v.shape[-1] == 1:
@@ -70,7 +77,7 @@ def _expected(ck: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 # and final layers, which see one frame, stay 2-D.
 _GEMM_CONV = re.compile(r"encoder\.(encoder\.layers\.\d+\.(conv|block\.[13]\.conv)|downsample\.conv)\.weight"
                         r"|speaker_encoder\.(blocks\.\d+\.(conv|tdnn[12]\.conv|res2net_block\.blocks\.\d+\.conv)"
-                        r"|mfa\.conv|asp\.(tdnn\.conv|conv))\.weight")
+                        r"|mfa\.conv|asp\.conv)\.weight")
 
 
 def _panels(w: np.ndarray) -> np.ndarray:
@@ -125,7 +132,6 @@ def test_named_spot_checks(name: str, fixture_root: Path, gguf_dir: Path) -> Non
         "code_pred.codec_embd.14.weight": "talker.code_predictor.model.codec_embedding.14.weight",
         "code_pred.lm_head.7.weight": "talker.code_predictor.lm_head.7.weight",
         "codec_dec.pre_tfm.blk.1.attn_scale": "decoder.pre_transformer.layers.1.self_attn_layer_scale.scale",
-        "codec_enc.tfm.blk.1.ffn_up.weight": "encoder.encoder_transformer.layers.1.mlp.fc1.weight",
     }
     for g, h in pairs.items():
         np.testing.assert_array_equal(got[g], ck[h], err_msg=g)
@@ -136,6 +142,9 @@ def test_named_spot_checks(name: str, fixture_root: Path, gguf_dir: Path) -> Non
     # output j = tap * out + channel lives in panel j // P, lane j % P
     np.testing.assert_array_equal(got_up[1 // p_up, 0, :, 1 % p_up], up[:, 1, 0])
     np.testing.assert_array_equal(got_conv1[0, 4, :, 1], conv1[1, :, 4])
+    # a codec-encoder transformer linear [out, in]: output 1 is lane 1 of panel 0
+    np.testing.assert_array_equal(got["codec_enc.tfm.blk.1.ffn_up.weight"][0, 0, :, 1],
+                                  ck["encoder.encoder_transformer.layers.1.mlp.fc1.weight"][1])
     np.testing.assert_allclose(got["codec_dec.rvq.codebook.3"],
                                ck["decoder.quantizer.rvq_rest.vq.layers.2._codebook.embedding_sum"]
                                / np.maximum(ck["decoder.quantizer.rvq_rest.vq.layers.2._codebook.cluster_usage"],

@@ -13,8 +13,10 @@ Documented transforms (tests compare every tensor against the checkpoint through
   reading k taps of `in` channels into `out` outputs becomes [out/P, k, in, P] with P = 16 when
   16 divides `out`, else P = out. Conv1d [out,in,k] is read as k taps (pointwise ones as one
   tap), ConvTranspose1d [in,out,k] as one tap into k*out outputs (tap-major); depthwise
-  [C,1,k] is stored as [k,C]. The speaker encoder's SE and final layers, which see one frame,
-  stay 2-D matrices;
+  [C,1,k] is stored as [k,C]; the codec encoder's transformer linears [out,in] are one-tap
+  panels. The speaker encoder's SE and final layers, which see one frame, stay 2-D matrices, and
+  its attention TDNN, whose input is [x; mean; std], is split into panels for the x part
+  (asp.tdnn) and a matrix for the time-constant statistics (asp.tdnn_stats);
 * tensors the 12 Hz inference never reads are dropped: the decoder quantizers' input_proj,
   the encoder quantizers' output_proj and `initialized` flags, and the Mimi acoustic
   codebooks beyond the 16 valid quantizers.
@@ -79,6 +81,21 @@ def _conv_panels(refs: list[np.ndarray]) -> np.ndarray:
 def _convt_panels(refs: list[np.ndarray]) -> np.ndarray:
     cin, cout, k = refs[0].shape
     return _panels(refs[0].transpose(0, 2, 1).reshape(1, cin, k * cout))
+
+
+def _linear_panels(refs: list[np.ndarray]) -> np.ndarray:
+    return _panels(refs[0].T[None])
+
+
+def _asp_x_panels(refs: list[np.ndarray]) -> np.ndarray:
+    """The attention TDNN's input is [x; mean; std] (3 equal parts): the x columns as panels."""
+    w = refs[0][:, :, 0]
+    return _panels(w[:, : w.shape[1] // 3].T[None])
+
+
+def _asp_stats(refs: list[np.ndarray]) -> np.ndarray:
+    w = refs[0][:, :, 0]
+    return np.ascontiguousarray(w[:, w.shape[1] // 3:])
 
 
 def _dw_kc(refs: list[np.ndarray]) -> np.ndarray:
@@ -156,7 +173,6 @@ _RULES: list[tuple[str, str, Transform | None]] = [
     (r"speaker_encoder\.blocks\.(\d+)\.se_block\.conv2\.bias", TN.SPK_SE2_B, None),
     (r"speaker_encoder\.mfa\.conv\.weight", TN.SPK_MFA, _conv_panels),
     (r"speaker_encoder\.mfa\.conv\.bias", TN.SPK_MFA_B, None),
-    (r"speaker_encoder\.asp\.tdnn\.conv\.weight", TN.SPK_ASP_TDNN, _conv_panels),
     (r"speaker_encoder\.asp\.tdnn\.conv\.bias", TN.SPK_ASP_TDNN_B, None),
     (r"speaker_encoder\.asp\.conv\.weight", TN.SPK_ASP_CONV, _conv_panels),
     (r"speaker_encoder\.asp\.conv\.bias", TN.SPK_ASP_CONV_B, None),
@@ -220,6 +236,11 @@ def plan(ck: hfconfig.Checkpoint, model: dict[str, TensorRef], codec: dict[str, 
             raise ValueError(f"{ref.file}: {ck.variant} checkpoint carries a speaker encoder tensor {name!r}")
         if _DROPPED.fullmatch(name):
             continue
+        if name == "speaker_encoder.asp.tdnn.conv.weight":
+            out, cin, _ = ref.shape
+            entries.append(Entry(TN.SPK_ASP_TDNN, [ref], _panel_shape(1, cin // 3, out), "f32", _asp_x_panels))
+            entries.append(Entry(TN.SPK_ASP_TDNN_STATS, [ref], (out, cin - cin // 3), "f32", _asp_stats))
+            continue
         if name in _PLAIN:
             gname, role = _PLAIN[name]
             entries.append(Entry(gname, [ref], ref.shape, role))
@@ -261,8 +282,11 @@ def _match_layer(name: str, ref: TensorRef) -> Entry | None:
             idx, _, rest = name[len(hf_prefix):].partition(".")
             if idx.isdigit() and rest in _LAYER:
                 gname = _LAYER[rest] % (net, int(idx))
-                is_linear = net in ("talker", "code_pred") and gname.split(".")[-2] + "." in _TALKER_LINEARS
-                return Entry(gname, [ref], ref.shape, "linear" if is_linear else "f32")
+                is_linear = gname.split(".")[-2] + "." in _TALKER_LINEARS
+                if net == "codec_enc.tfm" and is_linear:  # run as conv-GEMMs
+                    out, cin = ref.shape
+                    return Entry(gname, [ref], _panel_shape(1, cin, out), "f32", _linear_panels)
+                return Entry(gname, [ref], ref.shape, "linear" if is_linear and net in ("talker", "code_pred") else "f32")
     return None
 
 

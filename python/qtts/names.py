@@ -166,6 +166,7 @@ class TN:
     SPK_MFA = "spk_enc.mfa.weight"
     SPK_MFA_B = "spk_enc.mfa.bias"
     SPK_ASP_TDNN = "spk_enc.asp.tdnn.weight"
+    SPK_ASP_TDNN_STATS = "spk_enc.asp.tdnn_stats.weight"
     SPK_ASP_TDNN_B = "spk_enc.asp.tdnn.bias"
     SPK_ASP_CONV = "spk_enc.asp.conv.weight"
     SPK_ASP_CONV_B = "spk_enc.asp.conv.bias"

@@ -1,0 +1,146 @@
+#include "encoder_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "error.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define QTTS_X86 1
+#include <immintrin.h>
+#define QTTS_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+namespace qtts {
+
+namespace {
+
+constexpr float kStatEps = 1e-12f;  // ECAPA's statistics pooling
+
+bool has_avx2() {
+#ifdef QTTS_X86
+    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return yes;
+#else
+    return false;
+#endif
+}
+
+void elu_row_scalar(const float * x, float * y, int64_t c0, int64_t n) {
+    for (int64_t c = c0; c < n; ++c) y[c] = x[c] > 0.0f ? x[c] : std::expm1(x[c]);
+}
+
+#ifdef QTTS_X86
+// expm1(x) for x <= 0 as 2^k (p(r) + 1) - 1 with x = k ln2 + r, |r| <= ln2/2 and p the degree-7
+// Taylor polynomial of expm1 (error < 2e-9 on that range); k = 0 leaves p(r) itself, so small
+// inputs keep their relative precision. Below -87 the result is -1 in float anyway.
+QTTS_AVX2 void elu_row_avx2(const float * x, float * y, int64_t n) {
+    const __m256 zero = _mm256_setzero_ps(), lo = _mm256_set1_ps(-87.0f), log2e = _mm256_set1_ps(1.44269504089f);
+    const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + c);
+        const __m256 z = _mm256_max_ps(_mm256_min_ps(xv, zero), lo);
+        const __m256 k = _mm256_round_ps(_mm256_mul_ps(z, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m256 r = _mm256_fnmadd_ps(k, ln2_lo, _mm256_fnmadd_ps(k, ln2_hi, z));
+        __m256 p = _mm256_set1_ps(1.0f / 5040);
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+        p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r);
+        const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k),
+                                                                                 _mm256_set1_epi32(127)), 23));
+        const __m256 em1 = _mm256_fmadd_ps(s, p, _mm256_sub_ps(s, one));
+        _mm256_storeu_ps(y + c, _mm256_blendv_ps(em1, xv, _mm256_cmp_ps(xv, zero, _CMP_GT_OQ)));
+    }
+    elu_row_scalar(x, y, c, n);
+}
+#endif
+
+void elu_left_op(ggml_tensor * dst, int ith, int nth, void *) {
+    const ggml_tensor *x = dst->src[0], *left = dst->src[1];
+    const int64_t C = dst->ne[0], n = x->ne[1], P = left ? left->ne[1] : 0, rows = dst->ne[1];
+    const bool avx2 = has_avx2();
+    for (int64_t r = rows * ith / nth; r < rows * (ith + 1) / nth; ++r) {
+        float * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + r * dst->nb[1]);
+        if (r < P) {
+            std::memcpy(y, static_cast<const char *>(left->data) + r * left->nb[1], C * sizeof(float));
+        } else if (r < P + n) {
+            const float * xr = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + (r - P) * x->nb[1]);
+#ifdef QTTS_X86
+            if (avx2) {
+                elu_row_avx2(xr, y, C);
+                continue;
+            }
+#endif
+            elu_row_scalar(xr, y, 0, C);
+        } else {
+            std::memset(y, 0, C * sizeof(float));
+        }
+    }
+}
+
+// Channels are split between threads; each reads its slice of every row. The sums are in double
+// (one pass: variance = E[x^2] - E[x]^2 loses nothing at these magnitudes).
+void time_stats_op(ggml_tensor * dst, int ith, int nth, void *) {
+    const ggml_tensor *x = dst->src[0], *lg = dst->src[1];
+    const int64_t C = x->ne[0], T = x->ne[1], c0 = C * ith / nth, c1 = C * (ith + 1) / nth, w = c1 - c0;
+    if (w <= 0) return;
+    auto row = [](const ggml_tensor * t, int64_t r, int64_t c0) {
+        return reinterpret_cast<const float *>(static_cast<const char *>(t->data) + r * t->nb[1]) + c0;
+    };
+    std::vector<double> s0(w, lg ? 0.0 : static_cast<double>(T)), s1(w, 0.0), s2(w, 0.0);
+    std::vector<float> mx(w, -INFINITY);
+    for (int64_t t = 0; lg && t < T; ++t) {
+        const float * l = row(lg, t, c0);
+        for (int64_t c = 0; c < w; ++c) mx[c] = std::max(mx[c], l[c]);
+    }
+    for (int64_t t = 0; t < T; ++t) {
+        const float * xr = row(x, t, c0);
+        const float * l = lg ? row(lg, t, c0) : nullptr;
+        for (int64_t c = 0; c < w; ++c) {
+            const double a = l ? std::exp(l[c] - mx[c]) : 1.0, v = xr[c];
+            if (l) s0[c] += a;
+            s1[c] += a * v;
+            s2[c] += a * v * v;
+        }
+    }
+    float * m = static_cast<float *>(dst->data);
+    float * sd = reinterpret_cast<float *>(static_cast<char *>(dst->data) + dst->nb[1]);
+    for (int64_t c = 0; c < w; ++c) {
+        const double mean = s1[c] / s0[c], var = s2[c] / s0[c] - mean * mean;
+        m[c0 + c] = static_cast<float>(mean);
+        sd[c0 + c] = static_cast<float>(std::sqrt(std::max(var, static_cast<double>(kStatEps))));
+    }
+}
+
+bool rows_contiguous(const ggml_tensor * t) { return t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float); }
+
+}  // namespace
+
+ggml_tensor * elu_left(ggml_context * ctx, ggml_tensor * x, ggml_tensor * left, int64_t pad) {
+    const int64_t C = x->ne[0], P = left ? left->ne[1] : 0;
+    if (!rows_contiguous(x) || pad < 0 || (left && (left->ne[0] != C || !rows_contiguous(left)))) {
+        fail("elu_left: inconsistent operands");
+    }
+    ggml_tensor * args[2] = {x, left};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, C, P + x->ne[1] + pad, 1, 1, args, left ? 2 : 1, elu_left_op,
+                          GGML_N_TASKS_MAX, nullptr);
+}
+
+ggml_tensor * time_stats(ggml_context * ctx, ggml_tensor * x, ggml_tensor * logits) {
+    if (!rows_contiguous(x) || x->ne[1] < 1 ||
+        (logits && (!rows_contiguous(logits) || !ggml_are_same_shape(x, logits)))) {
+        fail("time_stats: inconsistent operands");
+    }
+    ggml_tensor * args[2] = {x, logits};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], 2, 1, 1, args, logits ? 2 : 1, time_stats_op,
+                          GGML_N_TASKS_MAX, nullptr);
+}
+
+}  // namespace qtts
