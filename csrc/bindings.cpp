@@ -376,7 +376,8 @@ PYBIND11_MODULE(_core, mod) {
                  return out;
              },
              py::arg("samples"), "Codes [ceil(n / hop), n_quantizers] of 24 kHz samples (the codec encoder).")
-        .def("decode_stream_reset", &Session::decode_stream_reset, "Start a new codec stream.")
+        .def("decode_stream_reset", &Session::decode_stream_reset, py::arg("silent_frames") = 0,
+             "Start a new codec stream; the first silent_frames frames give no samples.")
         .def("decode_stream_push",
              [](Session & s, const py::array & codes) { return run_codec(s, codes, &Session::decode_stream_push); },
              py::arg("codes"), "The samples of the next frames of the stream, [n * hop].")

@@ -28,6 +28,7 @@ constexpr int64_t kConvNextKernel = 7, kVocKernel = 7;
 constexpr float kConvNextEps = 1e-6f;
 constexpr int64_t kKeyPad = 32;         // attention key padding, a multiple of ggml's F32 SIMD step
 constexpr int64_t kMaxGraphFrames = 50;  // 4 s of audio per graph: bounds the compute buffer
+constexpr int64_t kConvWarmup = 16;      // frames through the conv stack before the first kept one
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -152,7 +153,9 @@ struct Builder {
         return x;
     }
 
-    ggml_tensor * build(int64_t n, int64_t n_kv) {
+    // full = false stops after the transformer: it only advances the segment's state (the
+    // transformer's keys/values and the pre-conv context) for frames whose audio is not needed.
+    ggml_tensor * build(int64_t n, int64_t n_kv, bool full) {
         ggml_tensor * codes = named(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n, w.n_quantizers), "cd.codes");
         ggml_tensor * pos = named(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), "cd.pos");
         ggml_tensor * mask = named(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n), "cd.mask");
@@ -161,6 +164,7 @@ struct Builder {
         ggml_tensor * x = with_left(rvq(codes, n), st.pre_conv);
         x = named(conv_gemm(ctx, x, w.pre_conv, n, w.pre_conv_b, nullptr), "cd.pre_conv");
         x = transformer(x, pos, mask, n_kv);
+        if (!full) return x;
         for (int i = 0; i < static_cast<int>(w.upsample.size()); ++i) x = upsample(x, i);
         x = named(conv_gemm(ctx, with_left(x, st.voc_in), w.voc_in, x->ne[1], w.voc_in_b, nullptr), "cd.voc_in");
         for (int b = 0; b < static_cast<int>(w.voc.size()); ++b) x = voc_block(x, b);
@@ -231,14 +235,15 @@ void CodecState::reset() {
 }
 
 std::vector<float> Session::codec_run(CodecState & st, const int32_t * codes, int64_t n,
-                                      const std::vector<std::string> & stages, std::vector<CodecStage> * got) {
+                                      const std::vector<std::string> & stages, std::vector<CodecStage> * got,
+                                      bool full) {
     const CodecDecoderWeights & w = model_->codec_decoder;
     const int64_t g = w.n_quantizers, n_kv = round_up(st.n_past + n, kKeyPad);
     if (n_kv > st.n_ctx) fail("codec decoder: segment of %lld frames exceeds its cache", static_cast<long long>(st.n_past + n));
     ggml_cgraph * gf = run(
         [&](ggml_context * ctx, ggml_cgraph * graph) {
             Builder b{ctx, graph, w, st};
-            ggml_tensor * out = b.build(n, n_kv);
+            ggml_tensor * out = b.build(n, n_kv, full);
             for (const std::string & s : stages) {
                 ggml_tensor * t = ggml_get_tensor(ctx, s.c_str());
                 if (!t) fail("the codec decoder graph has no stage '%s'", s.c_str());
@@ -272,14 +277,18 @@ std::vector<float> Session::codec_run(CodecState & st, const int32_t * codes, in
 }
 
 // Frames [f0, f0+n) of a stream: each chunk c (frames 300c.. 300c+299) is decoded by its own
-// segment, fed from 25 frames earlier (c > 0) to warm it up, whose samples are dropped.
+// segment, fed from 25 frames earlier (c > 0) to warm it up, whose samples are dropped, as are
+// those of frames before s.silent_until. Frames whose samples are dropped and that lie more than
+// kConvWarmup frames before the first kept one only run up to the transformer: the conv stack
+// after it forgets its input within a few frames (about 10 by its kernel sizes and rates), so
+// its state at the first kept frame is bit-identical either way.
 void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std::vector<float> & out) {
     require_cpu_codec("the codec decoder");
     const CodecDecoderWeights & w = model_->codec_decoder;
     const int64_t g = w.n_quantizers, hop = w.hop_length, f0 = s.n_frames, f1 = f0 + n;
     for (int64_t c = f0 / kCodecChunk;; ++c) {
-        const int64_t emit = c * kCodecChunk, end = emit + kCodecChunk;
-        const int64_t start = emit - (emit > kCodecContext ? kCodecContext : emit);
+        const int64_t emit = std::max(c * kCodecChunk, s.silent_until), end = c * kCodecChunk + kCodecChunk;
+        const int64_t start = c * kCodecChunk - std::min(c * kCodecChunk, kCodecContext);
         if (start >= f1) break;
         const int slot = static_cast<int>(c % 2);
         if (s.chunk[slot] != c) {
@@ -287,11 +296,13 @@ void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std:
             s.slot[slot]->reset();
             s.chunk[slot] = c;
         }
+        const int64_t warm = std::max(start, emit - kConvWarmup);  // first frame through the whole decoder
         for (int64_t a = std::max(f0, start), b_end = std::min(f1, end); a < b_end;) {
-            const int64_t m = std::min(kMaxGraphFrames, b_end - a);
-            std::vector<float> wav = codec_run(*s.slot[slot], codes + (a - f0) * g, m, {}, nullptr);
+            const bool full = a >= warm;
+            const int64_t m = std::min(kMaxGraphFrames, (full ? b_end : std::min(b_end, warm)) - a);
+            std::vector<float> wav = codec_run(*s.slot[slot], codes + (a - f0) * g, m, {}, nullptr, full);
             const int64_t skip = std::max<int64_t>(0, emit - a);
-            if (skip < m) out.insert(out.end(), wav.begin() + skip * hop, wav.end());
+            if (full && skip < m) out.insert(out.end(), wav.begin() + skip * hop, wav.end());
             a += m;
         }
     }
@@ -314,8 +325,10 @@ std::vector<float> Session::decode(const std::vector<int32_t> & codes, int64_t n
     return out;
 }
 
-void Session::decode_stream_reset() {
+void Session::decode_stream_reset(int64_t silent_frames) {
+    if (silent_frames < 0) fail("decode_stream_reset: silent_frames must be >= 0");
     codec_stream_.n_frames = 0;
+    codec_stream_.silent_until = silent_frames;
     codec_stream_.chunk[0] = codec_stream_.chunk[1] = -1;
 }
 
@@ -333,7 +346,7 @@ std::vector<CodecStage> Session::decode_stages(const std::vector<int32_t> & code
     require_cpu_codec("the codec decoder");
     CodecState st(model_->codec_decoder, backend_);
     std::vector<CodecStage> got;
-    codec_run(st, codes.data(), n, stages, &got);
+    codec_run(st, codes.data(), n, stages, &got, true);
     return got;
 }
 

@@ -57,6 +57,7 @@ struct CodecStage {
 // slot c % 2 (chunk c+1 starts warming 25 frames before chunk c ends).
 struct CodecStream {
     int64_t n_frames = 0;
+    int64_t silent_until = 0;  // frames before this one give no samples (an ICL reference)
     std::unique_ptr<CodecState> slot[2];
     int64_t chunk[2] = {-1, -1};
 };

@@ -72,7 +72,9 @@ public:
     // reproduces the reference's chunked decode; a stream gives the same samples, bit for bit,
     // however its frames are split into pushes.
     std::vector<float> decode(const std::vector<int32_t> & codes, int64_t n);
-    void decode_stream_reset();
+    // A new stream; its first silent_frames frames only condition the decoder (their samples
+    // are not returned), as the reference frames of an ICL voice.
+    void decode_stream_reset(int64_t silent_frames = 0);
     std::vector<float> decode_stream_push(const std::vector<int32_t> & codes, int64_t n);
     // Named intermediates ("cd.rvq", "cd.tfm", ...) of one graph over n <= 300 frames.
     std::vector<CodecStage> decode_stages(const std::vector<int32_t> & codes, int64_t n,
@@ -103,7 +105,7 @@ private:
     void predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
                        std::mt19937_64 & rng);
     std::vector<float> codec_run(CodecState & st, const int32_t * codes, int64_t n,
-                                 const std::vector<std::string> & stages, std::vector<CodecStage> * got);
+                                 const std::vector<std::string> & stages, std::vector<CodecStage> * got, bool full);
     void codec_push(CodecStream & s, const int32_t * codes, int64_t n, std::vector<float> & out);
 
     std::shared_ptr<const Model> model_;

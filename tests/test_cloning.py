@@ -105,8 +105,10 @@ def test_voice_clone_codes_equal_reference_generate(base: qtts.Model, ref) -> No
     np.testing.assert_array_equal(got.codes, codes[0].numpy())
 
 
-def test_stream_of_icl_voice_follows_synthesize(base: qtts.Model) -> None:
-    voice = base.create_voice((_clip(30000, 2), 24000), REF_TEXT)
+@pytest.mark.parametrize("ref_seconds", [1.25, 5.0])
+def test_stream_of_icl_voice_follows_synthesize(base: qtts.Model, ref_seconds: float) -> None:
+    # 63 reference frames: most only advance the decoder's transformer state (kConvWarmup = 16)
+    voice = base.create_voice((_clip(int(24000 * ref_seconds), 2), 24000), REF_TEXT)
     audio = base.synthesize(TEXT, voice=voice, **GREEDY)
     streamed = np.concatenate([c.samples for c in base.stream(TEXT, voice=voice, **GREEDY)])
     # the stream starts exactly at the first generated frame; synthesize reproduces the reference's

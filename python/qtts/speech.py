@@ -114,9 +114,11 @@ def stream(model: Model, req: Request, *, first_chunk_frames: int = 1, max_chunk
         timings.prompt_ms += (time.perf_counter() - t0) * 1e3 - prompt.tokenize_ms
         timings.tokenize_ms += prompt.tokenize_ms
         session.generate_begin(prompt.embeddings, prompt.trailing, _piece_settings(req, i, piece))
-        session.decode_stream_reset()
-        if ref is not None:  # the decoder's context: the reference frames, whose audio is not emitted
+        if ref is None:
+            session.decode_stream_reset()
+        else:  # the decoder's context: the reference frames, whose audio is not emitted
             t0 = time.perf_counter()
+            session.decode_stream_reset(silent_frames=len(ref))
             session.decode_stream_push(ref)
             gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
         n, reason, raw = first_chunk_frames, None, {}
