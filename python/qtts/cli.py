@@ -1,6 +1,9 @@
-"""`qtts-cli`: speak text, convert checkpoints and inspect model files.
+"""`qtts-cli`: speak text, clone voices, convert checkpoints and inspect model files.
 
 `speak` is the default command, so `qtts-cli -m model.gguf -p "Hello" -o hello.wav` works too.
+Base models clone a voice from a reference clip, either on the fly
+(`speak --ref-audio ref.wav --ref-text "its transcript"`, or `--x-vector-only` without one) or
+once into a voice file (`voice create ... -o me.qvoice`) that `speak --voice me.qvoice` reuses.
 """
 from __future__ import annotations
 
@@ -14,9 +17,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-COMMANDS = ("speak", "convert", "info", "speakers", "languages")
+if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
+    from .cloning import CloneTimings
+    from .voice import Voice
+
+COMMANDS = ("speak", "voice", "convert", "info", "speakers", "languages")
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
 SPLIT_ABOVE_CHARS = 200  # longer inputs are synthesized sentence by sentence unless --no-split
 
@@ -89,6 +96,11 @@ def _check_output(path: str) -> None:
     p = Path(path)
     if p.suffix.lower() not in AUDIO_EXTENSIONS:
         raise CliError(f"{path}: unsupported audio extension {p.suffix or '(none)'!r} (use .wav, .flac or .ogg)")
+    _check_writable(p)
+
+
+def _check_writable(p: Path) -> None:
+    path = str(p)
     if p.is_dir():
         raise CliError(f"{path} is a directory")
     parent = p.parent
@@ -96,6 +108,29 @@ def _check_output(path: str) -> None:
         raise CliError(f"{path}: output directory {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise CliError(f"{path}: not writable")
+
+
+def _check_clone_args(args: argparse.Namespace) -> None:
+    """The cloning flags' rules that argparse cannot express, checked before the model loads
+    (argparse itself refuses --voice with --ref-audio and --ref-text with --x-vector-only)."""
+    if args.ref_audio is None:
+        for flag, given in (("--ref-text", args.ref_text is not None), ("--x-vector-only", args.x_vector_only)):
+            if given:
+                why = " (a --voice file already holds its mode and transcript)" if getattr(args, "voice", None) else ""
+                raise CliError(f"{flag} goes with --ref-audio{why}")
+        return
+    if not args.x_vector_only and not (args.ref_text or "").strip():
+        raise CliError("in-context cloning needs the transcript of --ref-audio: give --ref-text TEXT, or use "
+                       "--x-vector-only to clone from the speaker embedding alone")
+    _check_input_file(args.ref_audio, "--ref-audio")
+
+
+def _check_input_file(path: str, flag: str) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise CliError(f"{flag} {path}: no such file")
+    if p.is_dir():
+        raise CliError(f"{flag} {path}: is a directory")
 
 
 def _check_output_dir(path: str) -> None:
@@ -201,12 +236,23 @@ def _speak(args: argparse.Namespace) -> int:
         if args.output == "-":
             _refuse_tty_stdout("audio")
     to_stdout = args.raw or (args.output == "-" and args.output_dir is None)
+    _check_clone_args(args)
+    voice, clone = None, None
+    if args.voice is not None:
+        from .voice import Voice
+
+        voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
     from . import load
 
     model = load(args.model, n_threads=args.threads, device=args.device)
+    if args.ref_audio is not None:
+        voice, clone = _clone(model, args)
+    elif voice is None and model.variant == "base":
+        raise CliError("a base model clones a voice: pass --ref-audio WAV with --ref-text TEXT (or "
+                       "--x-vector-only), or --voice FILE from `qtts-cli voice create`")
     seed = secrets.randbits(63) if args.seed is None else args.seed
-    kw = dict(speaker=args.speaker, language=args.language, instruct=args.instruct, seed=seed,
+    kw = dict(speaker=args.speaker, language=args.language, instruct=args.instruct, voice=voice, seed=seed,
               frame_budget=args.frame_budget, **_sampling(args))
     sr = model.sample_rate
     if args.raw and not args.quiet:
@@ -214,13 +260,16 @@ def _speak(args: argparse.Namespace) -> int:
               f"  ... | ffplay -f s16le -ar {sr} -ac 1 -nodisp -autoexit -\n"
               f"  ... | aplay -f S16_LE -r {sr} -c 1", file=sys.stderr)
     outputs = []
-    for job, dest in zip(jobs, dests):
+    for i, (job, dest) in enumerate(zip(jobs, dests)):
         kw["split_sentences"] = not args.no_split and len(job) > SPLIT_ABOVE_CHARS
         if args.raw:
             samples, reason, timings = _stream_raw(model, job, kw, args)
         else:
             samples, reason, timings = _synth(model, job, kw)
             _write(samples, sr, dest)
+        if clone is not None and i == 0:  # the reference was encoded once, ahead of the first line
+            timings.speaker_encode_ms, timings.codec_encode_ms = clone.speaker_encode_ms, clone.codec_encode_ms
+            timings.voice_cache = clone.cache
         outputs.append(dict(output=dest, text=job, frames=timings.frames, audio_seconds=timings.audio_seconds,
                             stop_reason=reason, timings=dataclasses.asdict(timings)))
         if _progress(args):
@@ -236,14 +285,49 @@ def _speak(args: argparse.Namespace) -> int:
     if args.json:
         report = dict(model=str(model.path), variant=model.variant, device=model.device, sample_rate=sr,
                       speaker=args.speaker, language=args.language, instruct=args.instruct, seed=seed,
-                      outputs=outputs)
+                      voice=_voice_report(args, voice, clone), outputs=outputs)
         print(json.dumps(report, indent=2, ensure_ascii=False), file=sys.stderr if to_stdout else sys.stdout)
     return 0
 
 
+def _clone(model: Any, args: argparse.Namespace) -> tuple[Voice, CloneTimings]:
+    """(Voice, CloneTimings) from --ref-audio, made once so every line reuses it; through the
+    model's voice cache, as synthesize(ref_audio=...) would."""
+    from . import cloning
+
+    return cloning.create_voice(model, args.ref_audio, args.ref_text, args.x_vector_only, model.voice_cache)
+
+
+def _voice_mode(voice: Voice) -> str:
+    return "x_vector_only" if voice.x_vector_only_mode else "icl"
+
+
+def _voice_report(args: argparse.Namespace, voice: Voice | None, clone: CloneTimings | None) -> dict[str, Any] | None:
+    if voice is None:
+        return None
+    report: dict[str, Any] = dict(mode=_voice_mode(voice), ref_text=voice.ref_text)
+    if clone is None:
+        return dict(file=args.voice, **report)
+    return dict(ref_audio=args.ref_audio, **report, voice_cache=clone.cache,
+                speaker_encode_ms=clone.speaker_encode_ms, codec_encode_ms=clone.codec_encode_ms)
+
+
+def _add_clone_source(g: Any, ref_audio_into: Any, required: bool) -> None:
+    """--ref-audio (into its own group, where speak makes it exclude --voice), --ref-text and
+    --x-vector-only: shared by speak and voice create."""
+    ref_audio_into.add_argument("--ref-audio", metavar="WAV", required=required,
+                                help="reference clip of the voice to clone (base models; any format soundfile reads)")
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--ref-text", metavar="TEXT", help="transcript of --ref-audio, for in-context cloning")
+    mode.add_argument("--x-vector-only", action="store_true",
+                      help="clone from the speaker embedding alone (no --ref-text needed; a looser likeness)")
+
+
 def _add_speak(sub: Any) -> None:
     s = sub.add_parser("speak", help="synthesize speech (the default command)",
-                       description="Synthesize speech from -p TEXT, -f FILE or stdin.")
+                       description="Synthesize speech from -p TEXT, -f FILE or stdin. Base models speak in a "
+                                   "cloned voice: --voice FILE (`qtts-cli voice create`), or --ref-audio WAV with "
+                                   "--ref-text TEXT (or --x-vector-only).")
     s.add_argument("-m", "--model", required=True, help="a qtts .gguf file or a Hugging Face repo id")
     src = s.add_mutually_exclusive_group()
     src.add_argument("-p", "--prompt", help="the text to speak")
@@ -258,6 +342,10 @@ def _add_speak(sub: Any) -> None:
     v.add_argument("--speaker", help="speaker name (custom_voice models; see `qtts-cli speakers MODEL`)")
     v.add_argument("--language", default="auto", help="language (default: auto; see `qtts-cli languages MODEL`)")
     v.add_argument("--instruct", help="voice / style instruction (voice_design models, 1.7B custom_voice)")
+    # one source for a base model's voice: a voice file, or a clip encoded once for every line
+    source = v.add_mutually_exclusive_group()
+    source.add_argument("--voice", metavar="FILE", help="a cloned voice from `qtts-cli voice create` (base models)")
+    _add_clone_source(v, source, required=False)
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
     g.add_argument("-s", "--seed", type=int, help="sampling seed (default: random, reported by --json)")
     g.add_argument("--temperature", type=float)
@@ -280,14 +368,61 @@ def _add_speak(sub: Any) -> None:
     s.set_defaults(func=_speak)
 
 
+# --- voice create --------------------------------------------------------------------------------
+
+def _voice_create(args: argparse.Namespace) -> int:
+    _check_clone_args(args)
+    _check_writable(Path(args.output))
+
+    import soundfile as sf
+
+    from . import load
+
+    model = load(args.model, n_threads=args.threads, device=args.device)
+    voice, clone = _clone(model, args)
+    out = voice.save(args.output)
+    seconds = sf.info(args.ref_audio).duration  # create_voice read the file: it is audio
+    frames = 0 if voice.ref_codes is None else len(voice.ref_codes)
+    if not args.quiet:
+        mode = "x-vector-only" if voice.x_vector_only_mode else "in-context (ICL)"
+        print(f"wrote {out}: {mode} voice from {seconds:.2f} s of reference audio, {frames} reference frames",
+              file=sys.stderr)
+    if args.json:
+        report = dict(output=str(out), model=str(model.path), mode=_voice_mode(voice), ref_audio=args.ref_audio,
+                      ref_text=voice.ref_text, reference_seconds=seconds, frames=frames, voice_cache=clone.cache,
+                      speaker_encode_ms=clone.speaker_encode_ms, codec_encode_ms=clone.codec_encode_ms,
+                      model_fingerprint=voice.model_fingerprint)
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _add_voice(sub: Any) -> None:
+    v = sub.add_parser("voice", help="cloned-voice files (base models)",
+                       description="Cloned-voice files: encode a reference clip once, speak with it often.")
+    vsub = v.add_subparsers(dest="voice_command", required=True, metavar="{create}")
+    c = vsub.add_parser("create", help="clone a voice from a reference clip into a voice file",
+                        description="Clone a voice from a reference clip (base models) into a file for "
+                                    "`qtts-cli speak --voice FILE`. In-context cloning (the closer likeness) "
+                                    "needs --ref-text, the clip's transcript; --x-vector-only does without.")
+    c.add_argument("-m", "--model", required=True, help="a qtts base-model .gguf file or a Hugging Face repo id")
+    _add_clone_source(c, c, required=True)
+    c.add_argument("-o", "--output", required=True, metavar="FILE", help="the voice file to write (e.g. me.qvoice)")
+    c.add_argument("-t", "--threads", type=int, help="CPU threads (default: the physical cores)")
+    c.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
+    c.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    c.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    c.set_defaults(func=_voice_create)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     p = argparse.ArgumentParser(prog="qtts-cli", description="Qwen3-TTS on ggml. `speak` is the default command: "
                                 "qtts-cli -m MODEL -p TEXT -o out.wav")
     p.add_argument("--version", action="version", version=f"qtts {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{speak,convert,info,speakers,languages}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     _add_speak(sub)
+    _add_voice(sub)
 
     c = sub.add_parser("convert", help="convert a Hugging Face checkpoint directory into one GGUF file")
     c.add_argument("hf_dir", help="checkpoint directory (config.json, model.safetensors, speech_tokenizer/ ...)")
