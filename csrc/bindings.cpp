@@ -1,6 +1,7 @@
 // Python bindings (qtts._core). The GIL is released while ggml computes.
 #include <algorithm>
 #include <functional>
+#include <thread>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -9,6 +10,7 @@
 #include "error.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
+#include "ggml.h"
 #include "model.h"
 #include "session.h"
 
@@ -121,6 +123,7 @@ GenerateParams generate_params(const py::dict & kw) {
     gp.max_new_tokens = kw["max_new_tokens"].cast<int>();
     gp.seed = kw["seed"].cast<uint64_t>();
     gp.max_frames = kw["max_frames"].cast<int>();
+    gp.min_new_tokens = kw["min_new_tokens"].cast<int>();
     return gp;
 }
 
@@ -196,6 +199,54 @@ py::array_t<float> run_codec(Session & s, const py::array & codes,
     return samples(out);
 }
 
+ggml_type quant_type(const std::string & name) {
+    static const std::pair<const char *, ggml_type> types[] = {
+        {"q8_0", GGML_TYPE_Q8_0}, {"q4_k", GGML_TYPE_Q4_K}, {"q5_k", GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K}};
+    for (const auto & [n, t] : types) {
+        if (name == n) return t;
+    }
+    throw Error(format("quantize: unknown type '%s' (expected q8_0, q4_k, q5_k or q6_k)", name.c_str()));
+}
+
+// ggml's reference quantizers on rows [nrows, n_per_row]; rows are split over threads, each
+// writing its own byte range of the result (ggml_quantize_chunk is thread-safe and offsets both
+// src and dst by its `start` element itself).
+py::bytes quantize_rows(const FloatRows & a, const std::string & type_name, int n_threads) {
+    const ggml_type type = quant_type(type_name);
+    if (a.ndim() != 2) throw Error(format("quantize: expected a 2-D array of rows, got %d dimensions", (int) a.ndim()));
+    const int64_t nrows = a.shape(0), n_per_row = a.shape(1), blck = ggml_blck_size(type);
+    if (n_per_row <= 0 || n_per_row % blck != 0) {
+        throw Error(format("quantize: rows of %lld values are not a whole number of %s blocks (%lld)",
+                           (long long) n_per_row, ggml_type_name(type), (long long) blck));
+    }
+    if (ggml_quantize_requires_imatrix(type)) {
+        throw Error(format("quantize: %s needs an importance matrix", ggml_type_name(type)));
+    }
+    if (n_threads < 1) throw Error("quantize: n_threads must be at least 1");
+    const size_t row_size = ggml_row_size(type, n_per_row);
+    // filled in place without the GIL: nothing else can see the object before it is returned
+    PyObject * raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(row_size * nrows));
+    if (!raw) throw py::error_already_set();
+    py::bytes out = py::reinterpret_steal<py::bytes>(raw);
+    char * dst = PyBytes_AS_STRING(raw);
+    const float * src = a.data();
+    {
+        py::gil_scoped_release release;
+        ggml_quantize_init(type);
+        const int64_t n_workers = std::max<int64_t>(1, std::min<int64_t>(n_threads, nrows));
+        const int64_t per = (nrows + n_workers - 1) / n_workers;
+        auto work = [&](int64_t r0) {
+            const int64_t r1 = std::min(nrows, r0 + per);
+            if (r0 < r1) ggml_quantize_chunk(type, src, dst, r0 * n_per_row, r1 - r0, n_per_row, nullptr);
+        };
+        std::vector<std::thread> pool;
+        for (int64_t w = 1; w < n_workers; ++w) pool.emplace_back(work, w * per);
+        work(0);
+        for (std::thread & t : pool) t.join();
+    }
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, mod) {
@@ -209,6 +260,8 @@ PYBIND11_MODULE(_core, mod) {
     });
 
     mod.def("ggml_version", []() { return std::string(ggml_version()); });
+    mod.def("quantize", &quantize_rows, py::arg("rows"), py::arg("type"), py::arg("n_threads") = 1,
+            "Quantize float32 rows [n, n_per_row] to q8_0, q4_k, q5_k or q6_k with ggml; the raw blocks.");
     mod.def("devices", []() {
         std::vector<py::dict> out;
         for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
@@ -422,6 +475,7 @@ PYBIND11_MODULE(_core, mod) {
              },
              py::arg("codes"), py::arg("text"), py::arg("n_past"),
              "Debug: one decode step after talker_prefill; (logits, normed hidden state).")
+        .def("memory", &Session::memory, "Bytes held now: kv_cache, compute_buffers.")
         .def("set_profiling", &Session::set_profiling, py::arg("on"),
              "Per-op timing (graphs then run node by node); read it with profile().")
         .def("profile", &Session::profile, "Milliseconds per op name since profiling was enabled.")

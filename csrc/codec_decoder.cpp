@@ -66,6 +66,9 @@ struct Builder {
         return y;
     }
 
+    // the transformer's linears are single-tap conv-GEMM panels
+    ggml_tensor * gemm(ggml_tensor * x, ggml_tensor * wt) { return conv_gemm(ctx, x, wt, x->ne[1], nullptr, nullptr); }
+
     ggml_tensor * rvq(ggml_tensor * codes, int64_t n) {
         auto embd = [&](int g) {
             return ggml_get_rows(ctx, w.codebooks[g], ggml_view_1d(ctx, codes, n, g * codes->nb[1]));
@@ -84,9 +87,9 @@ struct Builder {
             return ggml_rope_ext(ctx, t, pos, nullptr, hd, GGML_ROPE_TYPE_NEOX, 0, hp.rope_base, 1.0f, 0.0f, 1.0f,
                                  0.0f, 0.0f);
         };
-        ggml_tensor * q = rope(ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wq, x), hd, hp.n_head, n));
-        ggml_tensor * k = rope(ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wk, x), hd, nkv, n));
-        ggml_tensor * v = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wv, x), hd, nkv, n);
+        ggml_tensor * q = rope(ggml_reshape_3d(ctx, gemm(x, l.wq), hd, hp.n_head, n));
+        ggml_tensor * k = rope(ggml_reshape_3d(ctx, gemm(x, l.wk), hd, nkv, n));
+        ggml_tensor * v = ggml_reshape_3d(ctx, gemm(x, l.wv), hd, nkv, n);
         const size_t es = sizeof(float), row = hd * nkv * es;
         ggml_tensor *ck = st.k[il], *cv = st.v[il];
         ggml_build_forward_expand(gf, ggml_cpy(ctx, k, ggml_view_3d(ctx, ck, hd, nkv, n, hd * es, row, st.n_past * row)));
@@ -97,7 +100,7 @@ struct Builder {
         kq = ggml_soft_max_ext(ctx, kq, mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f);
         ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, V, 1, 0, 2, 3));  // [n_kv, hd, nkv]
         ggml_tensor * o = ggml_permute(ctx, ggml_mul_mat(ctx, vt, kq), 0, 2, 1, 3);
-        return ggml_mul_mat(ctx, l.wo, ggml_cont_2d(ctx, o, hd * hp.n_head, n));
+        return gemm(ggml_cont_2d(ctx, o, hd * hp.n_head, n), l.wo);
     }
 
     ggml_tensor * transformer(ggml_tensor * x, ggml_tensor * pos, ggml_tensor * mask, int64_t n_kv) {
@@ -108,8 +111,7 @@ struct Builder {
             ggml_tensor * a = attention(rms_norm(ctx, x, l.attn_norm, eps), pos, mask, il, n_kv);
             x = named(ggml_add(ctx, x, ggml_mul(ctx, a, l.attn_scale)), "cd.tfm.%d.attn_res", il);
             ggml_tensor * h = rms_norm(ctx, x, l.ffn_norm, eps);
-            h = ggml_mul_mat(ctx, l.ffn_down,
-                             ggml_swiglu_split(ctx, ggml_mul_mat(ctx, l.ffn_gate, h), ggml_mul_mat(ctx, l.ffn_up, h)));
+            h = gemm(ggml_swiglu_split(ctx, gemm(h, l.ffn_gate), gemm(h, l.ffn_up)), l.ffn_down);
             x = named(ggml_add(ctx, x, ggml_mul(ctx, h, l.ffn_scale)), "cd.tfm.%d.out", il);
         }
         return named(linear(ctx, rms_norm(ctx, x, w.tfm_norm, eps), w.tfm_out, w.tfm_out_b), "cd.tfm");
@@ -130,7 +132,7 @@ struct Builder {
         }
         h = ggml_add(ctx, h, u.dwconv_b);
         h = ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, h, kConvNextEps), u.norm), u.norm_b);
-        h = linear(ctx, ggml_gelu_erf(ctx, linear(ctx, h, u.pw1, u.pw1_b)), u.pw2, u.pw2_b);
+        h = conv_gemm(ctx, ggml_gelu_erf(ctx, conv_gemm(ctx, h, u.pw1, n, u.pw1_b, nullptr)), u.pw2, n, u.pw2_b, nullptr);
         return named(ggml_add(ctx, x, ggml_mul(ctx, h, u.gamma)), "cd.up%d", i);
     }
 

@@ -20,6 +20,7 @@ public:
     // (Re)allocate for n_ctx positions unless the current buffer already fits exactly that shape.
     void reserve(ggml_backend_t backend, const TransformerHParams & hp, int n_ctx);
     int n_ctx() const { return n_ctx_; }
+    size_t bytes() const { return buf_ ? ggml_backend_buffer_get_size(buf_) : 0; }
 
     std::vector<ggml_tensor *> k, v;
 

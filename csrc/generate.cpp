@@ -145,7 +145,7 @@ GenerateResult Session::generate_next(int max_frames, const std::function<bool()
             g.total.talker_ms += ms_since(t0);
             g.need_step = false;
         }
-        talker_logits_processors(g.out.logits, g.history, g.p.repetition_penalty, eos, /*min_new=*/2,
+        talker_logits_processors(g.out.logits, g.history, g.p.repetition_penalty, eos, g.p.min_new_tokens,
                                  g.suppress_begin);
         const int32_t cb0 = select_token(g.out.logits, g.p.talker, g.rng);
         g.history.push_back(cb0);

@@ -16,6 +16,7 @@ struct GenerateParams {
     float repetition_penalty = 1.0f;
     int max_new_tokens = 0;  // sampled cb0 tokens, EOS included: at most max_new_tokens - 1 frames
     int max_frames = 0;      // the runaway guard's frame budget; 0: none
+    int min_new_tokens = 2;  // EOS is masked until this many cb0 tokens exist (the reference's 2)
     uint64_t seed = 0;
     // Polled once per frame (for Ctrl-C); returning true cancels the generation.
     std::function<bool()> should_stop;

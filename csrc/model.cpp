@@ -55,8 +55,8 @@ ggml_tensor * panels(GgufFile & f, const std::string & name, int64_t k, int64_t 
     return f.tensor(name, {p, in, k, n / p}, WeightKind::F32);
 }
 
-// Transformer layer weights. Variants: q/k norms (talker, predictor), LayerScale (codec),
-// LayerNorm with bias and a plain GELU MLP with conv-GEMM panel linears (codec encoder).
+// Transformer layer weights. Variants: q/k norms (talker, predictor); LayerScale and conv-GEMM
+// panel linears (codecs); LayerNorm with bias and a plain GELU MLP (codec encoder).
 enum class LayerStyle { QWEN3, CODEC_DECODER, MIMI };
 
 std::vector<LayerWeights> load_layers(GgufFile & f, const char * net, const TransformerHParams & hp,
@@ -69,7 +69,7 @@ std::vector<LayerWeights> load_layers(GgufFile & f, const char * net, const Tran
         LayerWeights & l = layers.emplace_back();
         l.attn_norm = f.tensor(n(tn::L_ATTN_NORM), {d}, WeightKind::F32);
         auto mat = [&](const char * pat, int64_t in, int64_t out) {
-            return style == LayerStyle::MIMI ? panels(f, n(pat), 1, in, out) : f.tensor(n(pat), {in, out}, matmul);
+            return style == LayerStyle::QWEN3 ? f.tensor(n(pat), {in, out}, matmul) : panels(f, n(pat), 1, in, out);
         };
         l.wq = mat(tn::L_ATTN_Q, d, q);
         l.wk = mat(tn::L_ATTN_K, d, kv);
@@ -89,7 +89,7 @@ std::vector<LayerWeights> load_layers(GgufFile & f, const char * net, const Tran
             l.attn_norm_b = f.tensor(n(tn::L_ATTN_NORM_B), {d}, WeightKind::F32);
             l.ffn_norm_b = f.tensor(n(tn::L_FFN_NORM_B), {d}, WeightKind::F32);
         } else {
-            l.ffn_gate = f.tensor(n(tn::L_FFN_GATE), {d, hp.n_ff}, matmul);
+            l.ffn_gate = mat(tn::L_FFN_GATE, d, hp.n_ff);
         }
     }
     return layers;
@@ -226,9 +226,9 @@ void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
         up.dwconv_b = f.tensor(format(tn::DEC_UP_DWCONV_B, u), {lat}, WeightKind::F32);
         up.norm = f.tensor(format(tn::DEC_UP_NORM, u), {lat}, WeightKind::F32);
         up.norm_b = f.tensor(format(tn::DEC_UP_NORM_B, u), {lat}, WeightKind::F32);
-        up.pw1 = f.tensor(format(tn::DEC_UP_PW1, u), {lat, 4 * lat}, WeightKind::F32);
+        up.pw1 = panels(f, format(tn::DEC_UP_PW1, u), 1, lat, 4 * lat);
         up.pw1_b = f.tensor(format(tn::DEC_UP_PW1_B, u), {4 * lat}, WeightKind::F32);
-        up.pw2 = f.tensor(format(tn::DEC_UP_PW2, u), {4 * lat, lat}, WeightKind::F32);
+        up.pw2 = panels(f, format(tn::DEC_UP_PW2, u), 1, 4 * lat, lat);
         up.pw2_b = f.tensor(format(tn::DEC_UP_PW2_B, u), {lat}, WeightKind::F32);
         up.gamma = f.tensor(format(tn::DEC_UP_GAMMA, u), {lat}, WeightKind::F32);
         c.upsample.push_back(up);

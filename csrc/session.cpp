@@ -43,6 +43,12 @@ Session::~Session() {
     if (threadpool_) ggml_threadpool_free(threadpool_);
 }
 
+std::map<std::string, size_t> Session::memory() const {
+    size_t compute = ggml_backend_sched_get_buffer_size(sched_, backend_);
+    if (cpu_ != backend_) compute += ggml_backend_sched_get_buffer_size(sched_, cpu_);
+    return {{"kv_cache", talker_cache_.bytes() + pred_cache_.bytes()}, {"compute_buffers", compute}};
+}
+
 void Session::set_profiling(bool on) {
     profile_.clear();
     ggml_backend_sched_set_eval_callback(sched_, on ? &Session::profile_node : nullptr, this);

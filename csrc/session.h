@@ -85,6 +85,9 @@ public:
     // The codec encoder: 24 kHz samples -> codes [ceil(N / hop), n_quantizers] row-major.
     std::vector<int32_t> encode(const std::vector<float> & samples);
 
+    // Bytes held now: the talker and predictor KV caches, the scheduler's compute buffers.
+    std::map<std::string, size_t> memory() const;
+
     // Per-op time accounting for performance work: while enabled, graphs run node by node (slower
     // overall) and each node's time is added to its op name ("MUL_MAT", "CUSTOM", ...), in ms.
     void set_profiling(bool on);

@@ -59,8 +59,9 @@ def _expected(ck: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             c = v.shape[1] // 3
             exp[name] = _panels(v[:, :c, 0].T[None])
             exp[name + " (stats part)"] = v[:, c:, 0]
-        elif re.fullmatch(r"encoder\.encoder_transformer\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.fc[12])\.weight",
-                          name):
+        elif re.fullmatch(r"encoder\.encoder_transformer\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.fc[12])\.weight"
+                          r"|decoder\.pre_transformer\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.\w+_proj)\.weight"
+                          r"|decoder\.upsample\.\d+\.1\.pwconv[12]\.weight", name):
             exp[name] = _panels(v.T[None])
         elif _GEMM_CONV.fullmatch(name):
             exp[name] = _panels(np.stack([v[:, :, j].T for j in range(v.shape[-1])]))

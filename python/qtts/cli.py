@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usag
     from .cloning import CloneTimings
     from .voice import Voice
 
-COMMANDS = ("speak", "voice", "convert", "info", "speakers", "languages")
+COMMANDS = ("speak", "voice", "convert", "quantize", "info", "speakers", "languages", "bench")
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
 SPLIT_ABOVE_CHARS = 200  # longer inputs are synthesized sentence by sentence unless --no-split
 
@@ -40,6 +40,45 @@ def _convert(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0
+
+
+QUANTIZE_TYPES = ("f32", "bf16", "q8_0", "q4_k", "q5_k", "q6_k")  # qtts.quantize.TYPES, kept import-free
+QUANTIZE_DESCRIPTION = ("Change the type of the talker and code-predictor weights of a qtts GGUF file; everything "
+                        "else stays F32. Quantize from the F32 or BF16 conversion, not from a quantized file.")
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    from .quantize import quantize
+
+    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    before = Path(args.input).stat().st_size if Path(args.input).is_file() else 0
+    out = quantize(args.input, args.output, args.type, keep=args.keep, log=log, n_threads=args.threads)
+    if not args.quiet:
+        after = out.stat().st_size
+        print(f"wrote {out} ({args.type}): {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB "
+              f"({after / before:.0%})", file=sys.stderr)
+    return 0
+
+
+def _add_quantize_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", help="a qtts .gguf file, best the F32 or BF16 conversion")
+    p.add_argument("output", help="output .gguf path")
+    p.add_argument("type", type=str.lower, choices=QUANTIZE_TYPES,
+                   help="type of the talker and code-predictor matrices (K-quant rows that are not whole "
+                        "256-value blocks fall back to q8_0 or bf16)")
+    p.add_argument("--keep", action="append", default=[], metavar="REGEX=TYPE",
+                   help="store the tensors whose name matches REGEX as TYPE instead (repeatable; the last "
+                        "match wins), e.g. --keep 'codec_embd=q8_0'")
+    p.add_argument("-t", "--threads", type=int, help="quantization threads (default: the physical cores)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=_quantize)
+
+
+def main_quantize(argv: Sequence[str] | None = None) -> int:
+    """`qtts-quantize IN OUT TYPE`: the same as `qtts-cli quantize`."""
+    p = argparse.ArgumentParser(prog="qtts-quantize", description=QUANTIZE_DESCRIPTION)
+    _add_quantize_arguments(p)
+    return _run(p.parse_args(sys.argv[1:] if argv is None else argv), "qtts-quantize")
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -432,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     c.set_defaults(func=_convert)
 
+    _add_quantize_arguments(sub.add_parser("quantize", help="change the weight type of a qtts GGUF file",
+                                           description=QUANTIZE_DESCRIPTION))
+
     i = sub.add_parser("info", help="describe a qtts GGUF model file")
     i.add_argument("model", help="path to a .gguf file")
     i.add_argument("--json", action="store_true", help="print JSON")
@@ -441,6 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
         x = sub.add_parser(name, help=f"list a model's {name}, one per line")
         x.add_argument("model", help="a qtts .gguf file or a Hugging Face repo id")
         x.set_defaults(func=_list)
+
+    from . import bench  # argparse wiring only; the benchmarks import their dependencies lazily
+
+    bench.add_parser(sub)
     return p
 
 
@@ -452,17 +498,20 @@ def _with_default_command(argv: list[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(_with_default_command(argv))
+    return _run(build_parser().parse_args(_with_default_command(argv)), "qtts-cli")
+
+
+def _run(args: argparse.Namespace, prog: str) -> int:
     try:
         return int(args.func(args))
     except (CliError, ValueError, OSError, RuntimeError, ImportError) as e:
         if isinstance(e, BrokenPipeError):  # the player went away: stop quietly
             _silence_stdout()
             return 0
-        print(f"qtts-cli: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("qtts-cli: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -13,8 +13,8 @@ Documented transforms (tests compare every tensor against the checkpoint through
   reading k taps of `in` channels into `out` outputs becomes [out/P, k, in, P] with P = 16 when
   16 divides `out`, else P = out. Conv1d [out,in,k] is read as k taps (pointwise ones as one
   tap), ConvTranspose1d [in,out,k] as one tap into k*out outputs (tap-major); depthwise
-  [C,1,k] is stored as [k,C]; the codec encoder's transformer linears [out,in] are one-tap
-  panels. The speaker encoder's SE and final layers, which see one frame, stay 2-D matrices, and
+  [C,1,k] is stored as [k,C]; the codecs' transformer linears and the decoder's ConvNeXt
+  pointwise linears [out,in] are one-tap panels. The speaker encoder's SE and final layers, which see one frame, stay 2-D matrices, and
   its attention TDNN, whose input is [x; mean; std], is split into panels for the x part
   (asp.tdnn) and a matrix for the time-constant statistics (asp.tdnn_stats);
 * tensors the 12 Hz inference never reads are dropped: the decoder quantizers' input_proj,
@@ -187,9 +187,9 @@ _RULES: list[tuple[str, str, Transform | None]] = [
     (r"decoder\.upsample\.(\d+)\.1\.dwconv\.conv\.bias", TN.DEC_UP_DWCONV_B, None),
     (r"decoder\.upsample\.(\d+)\.1\.norm\.weight", TN.DEC_UP_NORM, None),
     (r"decoder\.upsample\.(\d+)\.1\.norm\.bias", TN.DEC_UP_NORM_B, None),
-    (r"decoder\.upsample\.(\d+)\.1\.pwconv1\.weight", TN.DEC_UP_PW1, None),
+    (r"decoder\.upsample\.(\d+)\.1\.pwconv1\.weight", TN.DEC_UP_PW1, _linear_panels),
     (r"decoder\.upsample\.(\d+)\.1\.pwconv1\.bias", TN.DEC_UP_PW1_B, None),
-    (r"decoder\.upsample\.(\d+)\.1\.pwconv2\.weight", TN.DEC_UP_PW2, None),
+    (r"decoder\.upsample\.(\d+)\.1\.pwconv2\.weight", TN.DEC_UP_PW2, _linear_panels),
     (r"decoder\.upsample\.(\d+)\.1\.pwconv2\.bias", TN.DEC_UP_PW2_B, None),
     (r"decoder\.upsample\.(\d+)\.1\.gamma", TN.DEC_UP_GAMMA, None),
     (r"encoder\.encoder\.layers\.(\d+)\.conv\.weight", TN.ENC_CONV, _conv_panels),
@@ -217,6 +217,9 @@ def _new_shape(ref: TensorRef, fn: Transform | None) -> tuple[int, ...]:
         if len(ref.shape) != 3 or ref.shape[1] != 1:
             raise ValueError(f"{ref.file}: tensor {ref.name!r} has shape {ref.shape}, expected [C,1,k]")
         return (ref.shape[2], ref.shape[0])
+    if fn is _linear_panels:
+        out, cin = ref.shape
+        return _panel_shape(1, cin, out)
     if fn in (_conv_panels, _convt_panels):
         if len(ref.shape) != 3:
             raise ValueError(f"{ref.file}: tensor {ref.name!r} has shape {ref.shape}, expected a 1-D conv kernel")
@@ -283,7 +286,7 @@ def _match_layer(name: str, ref: TensorRef) -> Entry | None:
             if idx.isdigit() and rest in _LAYER:
                 gname = _LAYER[rest] % (net, int(idx))
                 is_linear = gname.split(".")[-2] + "." in _TALKER_LINEARS
-                if net == "codec_enc.tfm" and is_linear:  # run as conv-GEMMs
+                if net in ("codec_enc.tfm", "codec_dec.pre_tfm") and is_linear:  # run as conv-GEMMs
                     out, cin = ref.shape
                     return Entry(gname, [ref], _panel_shape(1, cin, out), "f32", _linear_panels)
                 return Entry(gname, [ref], ref.shape, "linear" if is_linear and net in ("talker", "code_pred") else "f32")

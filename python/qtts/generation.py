@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 
 SETTINGS = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "subtalker_dosample",
-             "subtalker_temperature", "subtalker_top_k", "subtalker_top_p", "max_new_tokens")
+             "subtalker_temperature", "subtalker_top_k", "subtalker_top_p", "max_new_tokens", "min_new_tokens")
+# generate()'s own default, not part of generation_config.json
+MIN_NEW_TOKENS = 2
 
 
 @dataclass
@@ -22,6 +24,7 @@ class GenerationResult:
 
 def resolve_settings(defaults: dict[str, Any], given: dict[str, Any], seed: int | None) -> dict[str, Any]:
     """Merge explicit settings over the defaults and check them; ValueError on a bad value."""
+    defaults = {"min_new_tokens": MIN_NEW_TOKENS, **defaults}
     s = {k: (given[k] if given.get(k) is not None else defaults[k]) for k in SETTINGS}
     for prefix, sampling in (("", s["do_sample"]), ("subtalker_", s["subtalker_dosample"])):
         temperature, top_k, top_p = s[prefix + "temperature"], s[prefix + "top_k"], s[prefix + "top_p"]
@@ -35,13 +38,15 @@ def resolve_settings(defaults: dict[str, Any], given: dict[str, Any], seed: int 
         raise ValueError(f"repetition_penalty must be positive, got {s['repetition_penalty']}")
     if int(s["max_new_tokens"]) != s["max_new_tokens"] or s["max_new_tokens"] < 1:
         raise ValueError(f"max_new_tokens must be a positive integer, got {s['max_new_tokens']}")
+    if int(s["min_new_tokens"]) != s["min_new_tokens"] or s["min_new_tokens"] < 0:
+        raise ValueError(f"min_new_tokens must be a non-negative integer, got {s['min_new_tokens']}")
     if seed is None:
         seed = secrets.randbits(63)
     if int(seed) != seed or not 0 <= seed < 2**64:
         raise ValueError(f"seed must be an integer in [0, 2**64), got {seed}")
     s.update(do_sample=bool(s["do_sample"]), subtalker_dosample=bool(s["subtalker_dosample"]),
              top_k=int(s["top_k"]), subtalker_top_k=int(s["subtalker_top_k"]),
-             max_new_tokens=int(s["max_new_tokens"]), seed=int(seed))
+             max_new_tokens=int(s["max_new_tokens"]), min_new_tokens=int(s["min_new_tokens"]), seed=int(seed))
     return s
 
 

@@ -136,7 +136,7 @@ class Model(QwenTTSCompat):
                        repetition_penalty: float | None = None, subtalker_dosample: bool | None = None,
                        subtalker_top_k: int | None = None, subtalker_top_p: float | None = None,
                        subtalker_temperature: float | None = None, max_new_tokens: int | None = None,
-                       non_streaming_mode: bool | None = None, seed: int | None = None,
+                       min_new_tokens: int | None = None, non_streaming_mode: bool | None = None, seed: int | None = None,
                        frame_budget: int | str | None = "auto", voice: Voice | None = None) -> GenerationResult:
         """Codec codes [frames, 16] for `text` (CustomVoice: a speaker; VoiceDesign: an instruct;
         Base: a cloned voice from create_voice).
@@ -154,7 +154,8 @@ class Model(QwenTTSCompat):
         settings = dict(do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature,
                         repetition_penalty=repetition_penalty, subtalker_dosample=subtalker_dosample,
                         subtalker_top_k=subtalker_top_k, subtalker_top_p=subtalker_top_p,
-                        subtalker_temperature=subtalker_temperature, max_new_tokens=max_new_tokens)
+                        subtalker_temperature=subtalker_temperature, max_new_tokens=max_new_tokens,
+                        min_new_tokens=min_new_tokens)
         cond = resolve_voice(self, language=language, speaker=speaker, instruct=instruct, voice=voice)
         s = resolve_settings(self.generation_defaults, settings, seed)
         s["max_frames"] = frame_budget_for(text, frame_budget)

@@ -1,0 +1,270 @@
+"""`qtts-cli bench speed|memory`: reproducible benchmarks on full-size random-weight models.
+
+The model is built from a released configuration with random weights (qtts.randmodel, numpy
+only), converted with qtts's converter and quantizer, and cached under $QTTS_CACHE/bench. Every
+configuration runs in a fresh process, so loading counts and peak RSS is that configuration's.
+Generation runs a fixed frame count (EOS masked) with a pinned seed. `--compare-reference` runs
+the official qwen-tts on the same weights in the same invocation (needs the test extras).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
+        "forest while the sun goes down behind the hills.")
+REF_TEXT = "This is the reference clip, spoken slowly and clearly."
+TYPES = ("f32", "bf16", "q8_0", "q4_k")
+
+
+def machine() -> dict[str, Any]:
+    from ._native import core
+
+    return {"machine": platform.machine(), "cpu_count": os.cpu_count(), "load_avg": os.getloadavg()[0],
+            "cpu_features": list(core.cpu_features()), "ggml": core.ggml_version(),
+            "python": platform.python_version()}
+
+
+def prepare(release: str, qtype: str, seed: int, log: Any = None) -> Path:
+    """The cached GGUF of a random-weight release at `qtype` (built on first use)."""
+    from .convert import convert
+    from .quantize import quantize
+    from .randmodel import write_random_checkpoint
+    from .registry import cache_dir
+
+    root = cache_dir() / "bench" / f"{release}-seed{seed}"
+    out = root / f"{qtype}.gguf"
+    if out.exists():
+        return out
+    hf = root / "hf"
+    if not (hf / "config.json").exists():
+        if log:
+            log(f"writing a random {release} checkpoint to {hf}")
+        write_random_checkpoint(release, hf, seed=seed)
+    if qtype in ("f32", "bf16", "q8_0"):
+        convert(hf, out, qtype)
+    else:  # K-quants come from the BF16 conversion (the random checkpoint is BF16 already)
+        quantize(prepare(release, "bf16", seed, log), out, qtype)
+    return out
+
+
+def _clip(seconds: float, seed: int = 0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(24000 * seconds)) / 24000
+    return (0.3 * np.sin(2 * np.pi * 150 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+            + 0.03 * rng.standard_normal(len(t))).astype(np.float32)
+
+
+def _settings(frames: int, seed: int) -> dict[str, Any]:
+    # EOS is masked until `frames` tokens exist and max_new_tokens stops right there
+    return dict(seed=seed, min_new_tokens=frames, max_new_tokens=frames + 1, frame_budget=None)
+
+
+def speed_worker(gguf: str, threads: int, frames: int, seed: int) -> dict[str, Any]:
+    import qtts
+    from .cloning import create_voice
+
+    t0 = time.perf_counter()
+    m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False)
+    load_s = time.perf_counter() - t0
+    r: dict[str, Any] = {"load_s": load_s}
+    if m.variant == "base":
+        create_voice(m, _clip(2.0), None, True, None)  # warm-up: page in the encoders
+        voice, ct = create_voice(m, _clip(30.0), None, True, None)
+        r["speaker_encode_30s_ms"] = ct.speaker_encode_ms
+        _, ct = create_voice(m, _clip(10.0), REF_TEXT, False, None)
+        r["icl_encode_10s_ms"] = {"speaker": ct.speaker_encode_ms, "codec": ct.codec_encode_ms}
+        kw: dict[str, Any] = {"voice": voice}
+    else:
+        kw = {"speaker": m.speakers[0]} if m.variant == "custom_voice" else {"instruct": "A calm voice."}
+    m.synthesize("Warm up.", **kw, **_settings(4, seed))
+    t = qtts.Timings()
+    n = sum(len(c.samples) for c in m.stream(TEXT, timings=t, **kw, **_settings(frames, seed)))
+    assert t.frames == frames and n == frames * 1920
+    gen = t.talker_ms_per_frame + t.predictor_ms_per_frame
+    r.update(prefill_ms=t.prefill_ms, talker_ms_per_frame=t.talker_ms_per_frame,
+             predictor_ms_per_frame=t.predictor_ms_per_frame, generation_ms_per_frame=gen,
+             vocoder_ms_per_frame=t.vocoder_ms_per_frame, time_to_first_audio_ms=t.time_to_first_audio_ms,
+             total_ms=t.total_ms, rtf=t.rtf, frames_per_s=frames / (t.total_ms / 1e3), frames=frames,
+             peak_rss_mb=qtts.audio.peak_rss_mb(), **m._session.memory())
+    return r
+
+
+def reference_worker(hf_dir: str, threads: int, frames: int, seed: int) -> dict[str, Any]:
+    """The official qwen-tts on the same checkpoint: fp32, x-vector voice, same frame count."""
+    import torch
+
+    from ._reference import install
+    from .audio import peak_rss_mb
+
+    install()  # placeholders for the reference's optional audio imports
+    from qwen_tts import Qwen3TTSModel
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    ref = Qwen3TTSModel.from_pretrained(hf_dir, dtype=torch.float32, device_map="cpu")
+    r: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    ref.model.extract_speaker_embedding(_clip(30.0), 24000)
+    r["speaker_encode_30s_ms"] = (time.perf_counter() - t0) * 1e3
+    items = ref.create_voice_clone_prompt(ref_audio=(_clip(10.0), 24000), x_vector_only_mode=True)
+    prompt = ref._prompt_items_to_voice_clone_prompt(items)
+    ids = ref._tokenize_texts([ref._build_assistant_text(TEXT)])
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        codes, _ = ref.model.generate(input_ids=ids, ref_ids=[None], voice_clone_prompt=prompt, languages=["auto"],
+                                      non_streaming_mode=False, min_new_tokens=frames, max_new_tokens=frames + 1)
+        gen_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ref.model.speech_tokenizer.decode([{"audio_codes": codes[0]}])
+        voc_s = time.perf_counter() - t0
+    n = int(codes[0].shape[0])
+    r.update(frames=n, generation_ms_per_frame=gen_s * 1e3 / n, vocoder_ms_per_frame=voc_s * 1e3 / n,
+             rtf=(gen_s + voc_s) / (n * 0.08), peak_rss_mb=peak_rss_mb())
+    return r
+
+
+def memory_worker(gguf: str, threads: int, mode: str, voice_file: str | None) -> dict[str, Any]:
+    import qtts
+
+    m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False)
+    r: dict[str, Any] = {"mode": mode}
+    if mode == "synthesize":
+        voice = qtts.Voice.load(voice_file) if voice_file else None
+        kw = {"voice": voice} if voice else {"speaker": m.speakers[0]} if m.speakers else {"instruct": "Calm."}
+        m.synthesize(TEXT, **kw, **_settings(100, 0))
+    elif mode == "clone":
+        m.synthesize(TEXT, ref_audio=(_clip(10.0), 24000), ref_text=REF_TEXT, **_settings(100, 0))
+    r.update(peak_rss_mb=qtts.audio.peak_rss_mb(), file_mb=Path(gguf).stat().st_size / 1e6,
+             weights_mb=m._native.weight_bytes / 1e6,
+             **{k + "_mb": v / 1e6 for k, v in m._session.memory().items()})
+    return r
+
+
+def _worker(kind: str, *args: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "qtts.bench", kind, *args]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"benchmark worker {kind} failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def run_speed(a: argparse.Namespace) -> dict[str, Any]:
+    log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
+    out: dict[str, Any] = {"benchmark": "speed", "release": a.release, "frames": a.frames, "threads": a.threads,
+                           "seed": a.seed, **machine(), "results": {}}
+    for qtype in a.types:
+        gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
+        out["results"][qtype] = _worker("speed", gguf, str(a.threads), str(a.frames), str(a.seed))
+        if log:
+            log(f"{qtype}: " + json.dumps(out["results"][qtype]))
+    if a.compare_reference:
+        from .registry import cache_dir
+
+        hf = cache_dir() / "bench" / f"{a.release}-seed{a.seed}" / "hf"
+        out["reference"] = _worker("reference", str(hf), str(a.threads), str(a.frames), str(a.seed))
+    out["load_avg_end"] = os.getloadavg()[0]
+    return out
+
+
+def run_memory(a: argparse.Namespace) -> dict[str, Any]:
+    import tempfile
+
+    log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
+    out: dict[str, Any] = {"benchmark": "memory", "release": a.release, "threads": a.threads, **machine(),
+                           "results": {}}
+    for qtype in a.types:
+        gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
+        rows = [_worker("memory", gguf, str(a.threads), "load", "")]
+        with tempfile.TemporaryDirectory() as d:
+            voice_file = ""
+            if a.release.endswith("Base"):
+                import qtts
+
+                m = qtts.Model(gguf, n_threads=a.threads, device="cpu", voice_cache=False)
+                voice_file = str(m.create_voice((_clip(10.0), 24000), x_vector_only_mode=True).save(Path(d) / "v.qvoice"))
+                del m
+            rows.append(_worker("memory", gguf, str(a.threads), "synthesize", voice_file))
+            if voice_file:
+                rows.append(_worker("memory", gguf, str(a.threads), "clone", ""))
+        out["results"][qtype] = rows
+        if log:
+            log(f"{qtype}: " + json.dumps(rows))
+    return out
+
+
+def format_speed(r: dict[str, Any]) -> str:
+    keys = [("load_s", "load s", 2), ("prefill_ms", "prefill ms", 0), ("talker_ms_per_frame", "talker ms/f", 1),
+            ("predictor_ms_per_frame", "predictor ms/f", 1), ("generation_ms_per_frame", "generation ms/f", 1),
+            ("vocoder_ms_per_frame", "vocoder ms/f", 1), ("time_to_first_audio_ms", "first audio ms", 0),
+            ("rtf", "RTF", 2), ("speaker_encode_30s_ms", "spk enc 30 s ms", 0), ("peak_rss_mb", "peak RSS MB", 0)]
+    cols = list(r["results"]) + (["reference"] if "reference" in r else [])
+    rows = [f"{'':<18}" + "".join(f"{c:>12}" for c in cols)]
+    for k, label, digits in keys:
+        vals = [(r["reference"] if c == "reference" else r["results"][c]).get(k) for c in cols]
+        rows.append(f"{label:<18}" + "".join(f"{v:>12.{digits}f}" if isinstance(v, (int, float)) else f"{'-':>12}"
+                                             for v in vals))
+    head = (f"{r['release']} random weights, {r['frames']} frames, {r['threads']} threads, load "
+            f"{r['load_avg']:.2f} -> {r['load_avg_end']:.2f}")
+    return head + "\n" + "\n".join(rows)
+
+
+def format_memory(r: dict[str, Any]) -> str:
+    rows = [f"{'type':<6}{'mode':<12}{'file MB':>9}{'peak RSS MB':>13}{'KV MB':>8}{'compute MB':>12}"]
+    for qtype, items in r["results"].items():
+        for x in items:
+            rows.append(f"{qtype:<6}{x['mode']:<12}{x['file_mb']:>9.0f}{x['peak_rss_mb']:>13.0f}"
+                        f"{x['kv_cache_mb']:>8.1f}{x['compute_buffers_mb']:>12.1f}")
+    return f"{r['release']} random weights, {r['threads']} threads\n" + "\n".join(rows)
+
+
+def add_parser(sub: Any) -> None:
+    b = sub.add_parser("bench", help="speed and memory benchmarks on full-size random-weight models")
+    bs = b.add_subparsers(dest="bench_command", required=True)
+    for name in ("speed", "memory"):
+        p = bs.add_parser(name, help=f"{name} benchmark (each configuration in a fresh process)")
+        p.add_argument("--release", default="0.6B-Base", help="released configuration to build (default 0.6B-Base)")
+        p.add_argument("-m", "--model", help="benchmark this GGUF instead of a random-weight build")
+        p.add_argument("--types", nargs="+", default=["q8_0", "q4_k"] if name == "speed" else list(TYPES),
+                       choices=TYPES)
+        p.add_argument("-t", "--threads", type=int, default=2)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--json", help="also write the results as JSON to this file")
+        p.add_argument("-q", "--quiet", action="store_true")
+        if name == "speed":
+            p.add_argument("--frames", type=int, default=100, help="frames generated (EOS masked; 12.5 per second)")
+            p.add_argument("--compare-reference", action="store_true",
+                           help="run the official qwen-tts (fp32) on the same weights in this run")
+        p.set_defaults(func=run)
+
+
+def run(a: argparse.Namespace) -> int:
+    r = run_speed(a) if a.bench_command == "speed" else run_memory(a)
+    print(format_speed(r) if a.bench_command == "speed" else format_memory(r))
+    if a.json:
+        Path(a.json).write_text(json.dumps(r, indent=2) + "\n")
+    return 0
+
+
+def _main(argv: list[str]) -> None:
+    kind, *args = argv
+    if kind == "speed":
+        r = speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
+    elif kind == "reference":
+        r = reference_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
+    else:
+        r = memory_worker(args[0], int(args[1]), args[2], args[3] or None)
+    print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
