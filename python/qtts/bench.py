@@ -1,4 +1,4 @@
-"""`qtts-cli bench speed|memory`: reproducible benchmarks on full-size random-weight models.
+"""`qtts-cli bench speed|memory|quality`: reproducible benchmarks on full-size random-weight models.
 
 The model is built from a released configuration with random weights (qtts.randmodel, numpy
 only), converted with qtts's converter and quantizer, and cached under $QTTS_CACHE/bench. Every
@@ -150,6 +150,67 @@ def memory_worker(gguf: str, threads: int, mode: str, voice_file: str | None) ->
     return r
 
 
+def quality_worker(ggufs: list[str], threads: int, frames: int) -> dict[str, Any]:
+    """Each type against the first (F32) file, teacher-forced on the F32 file's greedy codes:
+    prefill logits cosine, then at every frame the cosine of the talker's logits and whether its
+    greedy cb0 matches F32's, and the predictor's codes given F32's hidden state and cb0."""
+    import numpy as np
+
+    import qtts
+    from .prompt import build_prompt, resolve_voice
+
+    models = [qtts.Model(g, n_threads=threads, device="cpu", voice_cache=False) for g in ggufs]
+    ref = models[0]
+    voice = ref.create_voice((_clip(10.0), 24000), x_vector_only_mode=True) if ref.variant == "base" else None
+    kw = {"voice": voice} if voice else {"speaker": ref.speakers[0]} if ref.speakers else {"instruct": "Calm."}
+    # no repetition penalty and EOS masked: greedy cb0 is then the argmax over the codebook ids
+    greedy = dict(do_sample=False, subtalker_dosample=False, repetition_penalty=1.0, **_settings(frames, 0))
+    greedy.pop("frame_budget")
+    codes = ref.generate_codes(TEXT, frame_budget=None, **kw, **greedy).codes
+    cond = resolve_voice(ref, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"), voice=voice)
+    prompt = build_prompt(ref, TEXT, cond, non_streaming_mode=ref.variant != "base")
+    n = len(prompt.embeddings)
+    pad = ref.text_embedding([ref._native.text_ids["tts_pad"]])
+
+    def trace(m: Any) -> list[np.ndarray]:
+        out = [m._session.talker_prefill(prompt.embeddings, n + frames + 1)[0]]
+        for f in range(frames - 1):
+            text = prompt.trailing[f:f + 1] if f < len(prompt.trailing) else pad
+            out.append(m._session.talker_step(codes[f].tolist(), text, n + f)[0])
+        return out
+
+    base = trace(ref)
+    wav_ref = ref.decode(codes)
+    rows: dict[str, Any] = {}
+    for g, m in zip(ggufs, models):
+        logits = trace(m)
+        cos = [float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(logits, base)]
+        agree = np.mean([int(np.argmax(a[:2048])) == int(c) for a, c in zip(logits, codes[:, 0])])
+        wav = m.decode(codes)
+        err = float(np.sum((wav - wav_ref) ** 2))
+        snr = float("inf") if err == 0 else 10 * np.log10(float(np.sum(wav_ref ** 2)) / err)
+        rows[Path(g).stem] = {"prefill_logits_cosine": cos[0], "min_step_logits_cosine": min(cos),
+                              "cb0_agreement": float(agree), "vocoder_snr_db": snr,
+                              "file_mb": Path(g).stat().st_size / 1e6}
+    return {"frames": frames, "results": rows}
+
+
+def run_quality(a: argparse.Namespace) -> dict[str, Any]:
+    log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
+    types = ["f32", *[t for t in a.types if t != "f32"]]
+    ggufs = [str(prepare(a.release, t, a.seed, log)) for t in types]
+    r = _worker("quality", str(a.threads), str(a.frames), *ggufs)
+    return {"benchmark": "quality", "release": a.release, "threads": a.threads, **machine(), **r}
+
+
+def format_quality(r: dict[str, Any]) -> str:
+    rows = [f"{'type':<8}{'file MB':>9}{'prefill cos':>13}{'min step cos':>14}{'cb0 agree':>11}{'vocoder SNR':>13}"]
+    for name, x in r["results"].items():
+        rows.append(f"{name:<8}{x['file_mb']:>9.0f}{x['prefill_logits_cosine']:>13.6f}"
+                    f"{x['min_step_logits_cosine']:>14.6f}{x['cb0_agreement']:>11.2f}{x['vocoder_snr_db']:>13.1f}")
+    return (f"{r['release']} random weights, teacher-forced on {r['frames']} greedy F32 frames\n" + "\n".join(rows))
+
+
 def _worker(kind: str, *args: str) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "qtts.bench", kind, *args]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -230,12 +291,14 @@ def format_memory(r: dict[str, Any]) -> str:
 def add_parser(sub: Any) -> None:
     b = sub.add_parser("bench", help="speed and memory benchmarks on full-size random-weight models")
     bs = b.add_subparsers(dest="bench_command", required=True)
-    for name in ("speed", "memory"):
+    for name in ("speed", "memory", "quality"):
         p = bs.add_parser(name, help=f"{name} benchmark (each configuration in a fresh process)")
         p.add_argument("--release", default="0.6B-Base", help="released configuration to build (default 0.6B-Base)")
         p.add_argument("-m", "--model", help="benchmark this GGUF instead of a random-weight build")
         p.add_argument("--types", nargs="+", default=["q8_0", "q4_k"] if name == "speed" else list(TYPES),
                        choices=TYPES)
+        if name == "quality":
+            p.add_argument("--frames", type=int, default=50, help="greedy frames compared (teacher-forced)")
         p.add_argument("-t", "--threads", type=int, default=2)
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--json", help="also write the results as JSON to this file")
@@ -248,8 +311,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    r = run_speed(a) if a.bench_command == "speed" else run_memory(a)
-    print(format_speed(r) if a.bench_command == "speed" else format_memory(r))
+    runner, fmt = {"speed": (run_speed, format_speed), "memory": (run_memory, format_memory),
+                   "quality": (run_quality, format_quality)}[a.bench_command]
+    r = runner(a)
+    print(fmt(r))
     if a.json:
         Path(a.json).write_text(json.dumps(r, indent=2) + "\n")
     return 0
@@ -261,6 +326,8 @@ def _main(argv: list[str]) -> None:
         r = speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
     elif kind == "reference":
         r = reference_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
+    elif kind == "quality":
+        r = quality_worker(args[2:], int(args[0]), int(args[1]))
     else:
         r = memory_worker(args[0], int(args[1]), args[2], args[3] or None)
     print(json.dumps(r))
