@@ -294,7 +294,7 @@ void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std:
         if (start >= f1) break;
         const int slot = static_cast<int>(c % 2);
         if (s.chunk[slot] != c) {
-            if (!s.slot[slot]) s.slot[slot] = std::make_unique<CodecState>(w, backend_);
+            if (!s.slot[slot]) s.slot[slot] = std::make_unique<CodecState>(w, cpu_);
             s.slot[slot]->reset();
             s.chunk[slot] = c;
         }
@@ -311,10 +311,11 @@ void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std:
     s.n_frames = f1;
 }
 
-// The conv and SnakeBeta custom ops run on the CPU threadpool and read weights from host memory.
+// The codecs' custom ops run on the CPU threadpool and read their weights and state from host
+// memory (the loader keeps those weights there on any device).
 void Session::require_cpu_codec(const char * what) const {
-    if (!ggml_backend_is_cpu(backend_)) {
-        fail("%s runs on the CPU backend only for now; load the model with device=\"cpu\"", what);
+    if (!ggml_backend_buffer_is_host(model_->codec_decoder.pre_conv->buffer)) {
+        fail("%s needs its weights in host memory, which this model's device did not allow", what);
     }
 }
 
@@ -346,7 +347,7 @@ std::vector<CodecStage> Session::decode_stages(const std::vector<int32_t> & code
     check_codes(model_->codec_decoder, codes, n);
     if (n < 1 || n > kCodecChunk) fail("decode_stages takes 1 to %lld frames", static_cast<long long>(kCodecChunk));
     require_cpu_codec("the codec decoder");
-    CodecState st(model_->codec_decoder, backend_);
+    CodecState st(model_->codec_decoder, cpu_);
     std::vector<CodecStage> got;
     codec_run(st, codes.data(), n, stages, &got, true);
     return got;

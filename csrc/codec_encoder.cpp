@@ -191,7 +191,7 @@ std::vector<int32_t> Session::encode(const std::vector<float> & samples) {
     for (int64_t i = 0; i < N; ++i) {
         if (!std::isfinite(samples[i])) fail("encode: sample %lld is not finite", static_cast<long long>(i));
     }
-    EncoderState st(w, backend_);
+    EncoderState st(w, cpu_);
     const int64_t h = w.hp.n_embd, chunk = kChunkFrames * hop, sub = hop / w.down_stride;
     std::vector<float> emb;  // [T25, h] row-major
     for (int64_t a = 0; a < N; a += chunk) {

@@ -1,11 +1,14 @@
 #include "loader.h"
 
+#include "ggml-alloc.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "error.h"
+#include "ggml-alloc.h"
 #include "ggml-cpu.h"
 
 #if defined(_WIN32)
@@ -217,34 +220,66 @@ void GgufFile::check_complete() const {
     }
 }
 
-std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev) {
+std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev, const std::vector<std::string> & host_prefixes) {
     const size_t data_offset = gguf_get_data_offset(gguf_);
-    ggml_backend_dev_props props{};
-    ggml_backend_dev_get_props(dev, &props);
     std::vector<ggml_backend_buffer_t> bufs;
     const int64_t n = gguf_get_n_tensors(gguf_);
     if (n == 0) return bufs;
 
     const bool host = ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
-    if (host && props.caps.buffer_from_host_ptr) {
+    auto on_host = [&](const char * name) {
+        if (host) return true;
+        for (const std::string & p : host_prefixes) {
+            if (std::strncmp(name, p.c_str(), p.size()) == 0) return true;
+        }
+        return false;
+    };
+    // host tensors are mapped from the file where the CPU device allows it
+    ggml_backend_dev_t cpu = host ? dev : ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    ggml_backend_dev_props props{};
+    if (cpu) ggml_backend_dev_get_props(cpu, &props);
+    bool any_host = false;
+    for (int64_t i = 0; i < n; ++i) any_host = any_host || on_host(gguf_get_tensor_name(gguf_, i));
+    ggml_backend_buffer_t mapped = nullptr;
+    if (any_host && cpu && props.caps.buffer_from_host_ptr) {
         map_ = std::make_unique<MappedFile>(path_);
         size_t max_tensor = 0;
         for (int64_t i = 0; i < n; ++i) max_tensor = std::max(max_tensor, gguf_get_tensor_size(gguf_, i));
         uint8_t * base = map_->data() + data_offset;
-        ggml_backend_buffer_t buf =
-            ggml_backend_dev_buffer_from_host_ptr(dev, base, file_size_ - data_offset, max_tensor);
-        if (!buf) fail("%s: the device could not map the weights", path_.c_str());
-        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        bufs.push_back(buf);
+        mapped = ggml_backend_dev_buffer_from_host_ptr(cpu, base, file_size_ - data_offset, max_tensor);
+        if (!mapped) fail("%s: the device could not map the weights", path_.c_str());
+        ggml_backend_buffer_set_usage(mapped, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        bufs.push_back(mapped);
         for (int64_t i = 0; i < n; ++i) {
+            if (!on_host(gguf_get_tensor_name(gguf_, i))) continue;
             ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
-            if (ggml_backend_tensor_alloc(buf, t, base + gguf_get_tensor_offset(gguf_, i)) != GGML_STATUS_SUCCESS) {
+            if (ggml_backend_tensor_alloc(mapped, t, base + gguf_get_tensor_offset(gguf_, i)) != GGML_STATUS_SUCCESS) {
                 fail("%s: cannot place tensor '%s'", path_.c_str(), t->name);
             }
         }
-        return bufs;
+        if (host) return bufs;
+    } else if (any_host && !host) {
+        if (!cpu) fail("%s: no CPU device for the codec weights", path_.c_str());
+        // no mapping: the host tensors get a CPU buffer of their own, filled below
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(cpu);
+        const size_t align = ggml_backend_buft_get_alignment(buft);
+        size_t size = align;
+        for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
+            if (on_host(t->name)) size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+        }
+        ggml_backend_buffer_t hb = ggml_backend_buft_alloc_buffer(buft, size);
+        if (!hb) fail("%s: out of host memory for the codec weights", path_.c_str());
+        ggml_backend_buffer_set_usage(hb, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        bufs.push_back(hb);
+        ggml_tallocr ta = ggml_tallocr_new(hb);
+        for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
+            if (on_host(t->name) && ggml_tallocr_alloc(&ta, t) != GGML_STATUS_SUCCESS) {
+                fail("%s: cannot place tensor '%s'", path_.c_str(), t->name);
+            }
+        }
     }
 
+    // everything not placed yet goes to the device
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(meta_, ggml_backend_dev_buffer_type(dev));
     if (!buf) fail("%s: out of device memory for the weights on %s", path_.c_str(), ggml_backend_dev_name(dev));
     ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
@@ -254,6 +289,7 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev) {
     std::vector<uint8_t> tmp;
     for (int64_t i = 0; i < n; ++i) {
         ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
+        if (t->buffer == mapped) continue;
         tmp.resize(ggml_nbytes(t));
         std::fseek(f, static_cast<long>(data_offset + gguf_get_tensor_offset(gguf_, i)), SEEK_SET);
         if (std::fread(tmp.data(), 1, tmp.size(), f) != tmp.size()) {

@@ -49,9 +49,10 @@ public:
     // After every weight was requested: reject tensors nobody asked for, check data bounds.
     void check_complete() const;
 
-    // Allocate all requested weights on `dev` (mmap on host devices) and fill them.
+    // Allocate all requested weights on `dev` (mmap on host devices) and fill them; on another
+    // device, tensors whose names start with one of `host_prefixes` stay in host memory.
     // Returns the buffers, which own the weights' memory.
-    std::vector<ggml_backend_buffer_t> place(ggml_backend_dev_t dev);
+    std::vector<ggml_backend_buffer_t> place(ggml_backend_dev_t dev, const std::vector<std::string> & host_prefixes);
 
     ggml_context * meta() const { return meta_; }
 

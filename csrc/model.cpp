@@ -441,11 +441,17 @@ Model::Model(const std::string & path_, const std::string & device_name) : path(
     f.check_complete();
 
     device = select_device(device_name);
-    buffers_ = f.place(device);
+    // The codecs and the speaker encoder run custom CPU ops (codec_ops.h, encoder_ops.h): on another
+    // device their weights stay in host memory and their graphs on the CPU backend.
+    buffers_ = f.place(device, {"codec_dec.", "codec_enc.", "spk_enc."});
     for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);
     const std::string dev = ggml_backend_dev_name(device);
-    for (const char * c : {"talker", "code_predictor", "codec_decoder", "codec_encoder"}) component_devices[c] = dev;
-    if (speaker_encoder) component_devices["speaker_encoder"] = dev;
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    const bool on_host = cpu && ggml_backend_buffer_is_host(codec_decoder.pre_conv->buffer);
+    const std::string host = on_host ? ggml_backend_dev_name(cpu) : dev;
+    component_devices["talker"] = component_devices["code_predictor"] = dev;
+    component_devices["codec_decoder"] = component_devices["codec_encoder"] = host;
+    if (speaker_encoder) component_devices["speaker_encoder"] = host;
 }
 
 Model::~Model() {
