@@ -111,7 +111,7 @@ def test_type_policy(out_type: str, gguf_dir: Path, tmp_path: Path) -> None:
         shape = [int(d) for d in t.shape]
         policy, final = _expected(name, shape, out_type)
         assert t.tensor_type == final, name
-        assert f" {name} {shape} F32 -> {final.name}" in line
+        assert f" {name} {shape[::-1]} F32 -> {final.name}" in line  # the log shows numpy order
         assert ("fallback" in line) == (final != policy), line
         fallbacks += final != policy
         if final == QT.F32:
@@ -324,7 +324,7 @@ def test_cli_quantize(gguf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     assert cli.main(["quantize", str(src), str(out), "Q4_K", "--keep", "codec_embd=q8_0"]) == 0
     err = capsys.readouterr().err
     assert "talker.blk.0.attn_q.weight [32, 32] F32 -> Q8_0 (fallback: Q4_K needs rows of whole 256" in err
-    assert "talker.codec_embd.weight [32, 3072] F32 -> Q8_0 (--keep 'codec_embd=q8_0')" in err
+    assert "talker.codec_embd.weight [3072, 32] F32 -> Q8_0 (--keep 'codec_embd=q8_0')" in err
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"wrote {out} (q4_k): ") and " MB -> " in last
     assert GGUFReader(str(out)).fields["general.file_type"].contents() == 15

@@ -37,6 +37,7 @@ from gguf import GGUFWriter, quants
 from gguf.constants import GGML_QUANT_SIZES
 
 from . import hfconfig
+from .gguf_write import OutTensor, write_gguf
 from .names import KV, TN
 from .safetensors_io import TensorRef, open_checkpoint, to_f32
 from .tokenizer import tokenizer_metadata
@@ -44,7 +45,6 @@ from .tokenizer import tokenizer_metadata
 OUT_TYPES = {"f32": QT.F32, "bf16": QT.BF16, "q8_0": QT.Q8_0}
 _FILE_TYPE = {"f32": 0, "bf16": 32, "q8_0": 7}  # llama.cpp's general.file_type values
 _CHUNK_ELEMS = 1 << 24
-_ALIGNMENT = 64
 
 Transform = Callable[[list[np.ndarray]], np.ndarray]
 
@@ -403,14 +403,8 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike, out_type: st
     entries = plan(ck, open_checkpoint(hf), open_checkpoint(hf / "speech_tokenizer"))
     choose_types(entries, out_type)
 
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    writer = GGUFWriter(partial, KV.ARCH_NAME)
-    # 64-byte aligned tensor data: the mmapped weights then start on cache lines, which the
-    # AVX-512 vocoder kernels load whole (the default 32 splits every load across two lines).
-    writer.add_custom_alignment(_ALIGNMENT)
-    try:
+
+    def add_metadata(writer: GGUFWriter) -> None:
         writer.add_string(KV.MODEL_NAME, name or hf.resolve().name)
         writer.add_uint32(KV.FILE_TYPE, _FILE_TYPE[out_type])
         writer.add_string(KV.SOURCE, hf.resolve().name)
@@ -420,30 +414,9 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike, out_type: st
         writer.add_token_list(tok.tokens)
         writer.add_token_types(tok.token_types)
         writer.add_token_merges(tok.merges)
-        for e in entries:
-            writer.add_tensor_info(e.name, e.shape, np.dtype(np.float32), _nbytes(e), raw_dtype=e.qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        fout = writer.fout[0]
-        for i, e in enumerate(entries):
-            if log:
-                log(f"[{i + 1}/{len(entries)}] {e.name} {list(e.shape)} {e.qtype.name}")
-            writer.write_padding(fout, fout.tell())
-            n = 0
-            for chunk in _encode(e):
-                fout.write(chunk)
-                n += len(chunk)
-            if n != _nbytes(e):
-                raise RuntimeError(f"internal error: {e.name} wrote {n} bytes, planned {_nbytes(e)}")
-            writer.write_padding(fout, n)
-        writer.close()
-        os.replace(partial, out)
-    except BaseException:
-        writer.close()
-        partial.unlink(missing_ok=True)
-        raise
-    return out
+
+    tensors = [OutTensor(e.name, e.shape, e.qtype, _nbytes(e), lambda e=e: _encode(e)) for e in entries]
+    return write_gguf(out_path, add_metadata, tensors, log)
 
 
 def _add_metadata(writer: GGUFWriter, meta: list[tuple[str, object, str]]) -> None:

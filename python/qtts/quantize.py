@@ -32,6 +32,7 @@ from gguf.constants import GGML_QUANT_SIZES
 
 from ._native import core
 from .gguf_meta import read_fields
+from .gguf_write import OutTensor, write_gguf
 from .names import KV, TN
 from .threads import resolve_threads
 
@@ -54,7 +55,6 @@ FILE_TYPE = {"f32": 0, "bf16": 32, "q8_0": 7, "q4_k": 15, "q5_k": 17, "q6_k": 18
 _K_QUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
 _RE_ENCODABLE = (QT.F32, QT.BF16)
 _CHUNK_ELEMS = 1 << 22
-_ALIGNMENT = 64  # as the converter writes: weights start on cache lines
 _REQUANT = ("re-quantizing an already quantized file loses precision; quantize from the F32 or BF16 "
             "conversion")
 
@@ -219,37 +219,8 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], type: str
     threads = resolve_threads(n_threads)
     types = {k: list(f.types) for k, f in reader.fields.items()}
 
-    out = Path(dst)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    writer = GGUFWriter(partial, KV.ARCH_NAME)
-    writer.add_custom_alignment(_ALIGNMENT)
-    try:
-        _copy_metadata(fields, types, writer, FILE_TYPE[type.lower()])
-        for p in planned:
-            shape = tuple(int(d) for d in reversed(p.tensor.shape))
-            writer.add_tensor_info(p.tensor.name, shape, np.dtype(np.float32), p.nbytes, raw_dtype=p.qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        fout = writer.fout[0]
-        for i, p in enumerate(planned):
-            if log:
-                shape = [int(d) for d in p.tensor.shape]
-                log(f"[{i + 1}/{len(planned)}] {p.tensor.name} {shape} {p.source.name} -> {p.qtype.name}"
-                    + (f" ({p.note})" if p.note else ""))
-            writer.write_padding(fout, fout.tell())
-            n = 0
-            for chunk in _encode(p, threads):
-                fout.write(chunk)
-                n += len(chunk)
-            if n != p.nbytes:
-                raise RuntimeError(f"internal error: {p.tensor.name} wrote {n} bytes, planned {p.nbytes}")
-            writer.write_padding(fout, n)
-        writer.close()
-        os.replace(partial, out)
-    except BaseException:
-        writer.close()
-        partial.unlink(missing_ok=True)
-        raise
-    return out
+    tensors = [OutTensor(p.tensor.name, tuple(int(d) for d in reversed(p.tensor.shape)), p.qtype, p.nbytes,
+                         lambda p=p: _encode(p, threads),
+                         f"{p.source.name} -> {p.qtype.name}" + (f" ({p.note})" if p.note else ""))
+               for p in planned]
+    return write_gguf(dst, lambda w: _copy_metadata(fields, types, w, FILE_TYPE[type.lower()]), tensors, log)
