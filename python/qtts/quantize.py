@@ -37,8 +37,11 @@ from .names import KV, TN
 from .threads import resolve_threads
 
 # The type of each tensor role per target (see role_of), before the block-size fallback:
-#   linear        talker/predictor attention and FFN linears, text_proj.fc1/fc2, codec_head,
-#                 code_pred lm_head.*, mtp_proj
+#   linear        talker/predictor attention and FFN linears, text_proj.fc1/fc2, mtp_proj
+#   sensitive     attn_v, ffn_down and the output heads (codec_head, code_pred lm_head.*): the
+#                 K-quant targets give them Q6_K, as llama.cpp's Q4_K_M does (there in half the
+#                 layers; in all of them here: on random-weight 0.6B it lifts Q4_K's prefill
+#                 logits cosine, and costs about 12% more bytes per frame)
 #   text table    talker.text_embd
 #   codec tables  talker.codec_embd, code_pred.codec_embd.*
 #   f32           everything else: 1-D tensors (norms, biases), the codec decoder and encoder,
@@ -46,6 +49,7 @@ from .threads import resolve_threads
 _POLICY: dict[str, tuple[QT, ...]] = {
     #                f32     bf16     q8_0     q4_k     q5_k     q6_k
     "linear":       (QT.F32, QT.BF16, QT.Q8_0, QT.Q4_K, QT.Q5_K, QT.Q6_K),
+    "sensitive":    (QT.F32, QT.BF16, QT.Q8_0, QT.Q6_K, QT.Q6_K, QT.Q6_K),
     "text table":   (QT.F32, QT.BF16, QT.Q8_0, QT.Q8_0, QT.Q8_0, QT.Q8_0),
     "codec tables": (QT.F32, QT.BF16, QT.F32,  QT.F32,  QT.F32,  QT.F32),
     "f32":          (QT.F32, QT.F32,  QT.F32,  QT.F32,  QT.F32,  QT.F32),
@@ -53,6 +57,7 @@ _POLICY: dict[str, tuple[QT, ...]] = {
 TYPES = dict(zip(("f32", "bf16", "q8_0", "q4_k", "q5_k", "q6_k"), _POLICY["linear"]))
 FILE_TYPE = {"f32": 0, "bf16": 32, "q8_0": 7, "q4_k": 15, "q5_k": 17, "q6_k": 18}  # llama.cpp's (Q4_K_M is 15)
 _K_QUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
+_SENSITIVE = re.compile(r"\.(attn_v|ffn_down)\.weight$|^talker\.codec_head\.|^code_pred\.lm_head\.")
 _RE_ENCODABLE = (QT.F32, QT.BF16)
 _CHUNK_ELEMS = 1 << 22
 _REQUANT = ("re-quantizing an already quantized file loses precision; quantize from the F32 or BF16 "
@@ -97,6 +102,8 @@ def role_of(name: str, n_dims: int) -> str:
         return "text table"
     if name == TN.TALKER_CODEC_EMBD or re.fullmatch(TN.CODE_PRED_CODEC_EMBD.replace("%d", r"\d+"), name):
         return "codec tables"
+    if _SENSITIVE.search(name):
+        return "sensitive"
     return "linear"
 
 
