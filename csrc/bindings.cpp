@@ -8,6 +8,8 @@
 #include <pybind11/stl.h>
 
 #include "error.h"
+#include "loader.h"
+#include "names.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
@@ -259,6 +261,24 @@ PYBIND11_MODULE(_core, mod) {
         }
     });
 
+    mod.def(
+        "read_tokenizer",
+        [](const std::string & path) {
+            std::vector<std::string> tokens, merges;
+            std::vector<int32_t> types;
+            {
+                py::gil_scoped_release release;
+                GgufFile f(path);  // the native parser: gguf-py takes seconds over a 151k vocabulary
+                for (const char * key : {kv::TOKENIZER_TOKENS, kv::TOKENIZER_TOKEN_TYPE, kv::TOKENIZER_MERGES}) {
+                    if (!f.has(key)) fail("%s: metadata key '%s' is missing (no tokenizer in this file)", path.c_str(), key);
+                }
+                tokens = f.str_array(kv::TOKENIZER_TOKENS);
+                types = f.i32_array(kv::TOKENIZER_TOKEN_TYPE);
+                merges = f.str_array(kv::TOKENIZER_MERGES);
+            }
+            return py::make_tuple(tokens, types, merges);
+        },
+        py::arg("path"), "(tokens, token types, merges) of a qtts GGUF file.");
     mod.def("ggml_version", []() { return std::string(ggml_version()); });
     mod.def("quantize", &quantize_rows, py::arg("rows"), py::arg("type"), py::arg("n_threads") = 1,
             "Quantize float32 rows [n, n_per_row] to q8_0, q4_k, q5_k or q6_k with ggml; the raw blocks.");

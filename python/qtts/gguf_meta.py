@@ -28,9 +28,7 @@ def read_fields(path: str | Path) -> tuple[GGUFReader, dict[str, Any]]:
 
 
 def read_tokenizer(path: str | Path) -> TokenizerData:
-    _, f = read_fields(path)
-    for key in (KV.TOKENIZER_TOKENS, KV.TOKENIZER_TOKEN_TYPE, KV.TOKENIZER_MERGES):
-        if key not in f:
-            raise ValueError(f"{path}: metadata key {key!r} is missing (no tokenizer in this file)")
-    return TokenizerData(tokens=list(f[KV.TOKENIZER_TOKENS]), token_types=[int(t) for t in f[KV.TOKENIZER_TOKEN_TYPE]],
-                         merges=list(f[KV.TOKENIZER_MERGES]))
+    from ._native import core
+
+    tokens, types, merges = core.read_tokenizer(str(path))
+    return TokenizerData(tokens=tokens, token_types=types, merges=merges)
