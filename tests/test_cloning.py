@@ -121,7 +121,7 @@ def test_voice_file_round_trip_and_model_check(base: qtts.Model, gguf_dir: Path,
     wav = _clip(24000, 3)
     voice = base.create_voice((wav, 24000), REF_TEXT)
     p = voice.save(tmp_path / "me.qvoice")
-    back = Voice.load(p)
+    back = qtts.Voice.load(p)  # the public name
     np.testing.assert_array_equal(back.x_vector, voice.x_vector)
     np.testing.assert_array_equal(back.ref_codes, voice.ref_codes)
     assert back.ref_text == REF_TEXT and back.model_fingerprint == base.fingerprint
