@@ -110,7 +110,10 @@ def test_compat_names(cv: qtts.Model, gguf_dir: Path) -> None:
     with pytest.raises(ValueError, match="speaker has 2 items"):
         cv.generate_custom_voice(TEXT, speaker=["ryan", "vivian"])
     with pytest.raises(TypeError, match="unexpected argument"):
-        cv.synthesize(TEXT, speaker="ryan", min_new_tokens=3)
+        cv.synthesize(TEXT, speaker="ryan", length_penalty=1.0)
+    # EOS is masked until min_new_tokens tokens exist: a fixed length, as the benchmarks use
+    fixed = cv.synthesize(TEXT, speaker="ryan", min_new_tokens=7, max_new_tokens=8, frame_budget=None, **GREEDY)
+    assert len(fixed.codes) == 7 and fixed.stop_reason == "max_new_tokens"
     assert cv.get_supported_speakers() == ["dylan", "ryan", "vivian"]
 
 
