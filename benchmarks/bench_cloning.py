@@ -18,20 +18,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_vocoder import build_gguf  # noqa: E402  (the same stand-in builder)
 CLIPS = {"speaker embedding 10 s": ("spk", 10), "speaker embedding 30 s": ("spk", 30), "codec encode 10 s": ("enc", 10)}
-
-
-def build_gguf(out: Path) -> Path:
-    sys.path.insert(0, str(ROOT))
-    from qtts.convert import convert
-    from tests.fixtures.build import ensure_fixtures
-    from tests.fixtures.releases import write_release
-
-    with tempfile.TemporaryDirectory() as tmp:
-        ck = Path(tmp) / "ck"
-        write_release("0.6B-Base", ck, ensure_fixtures() / "tiny_base")
-        convert(ck, out, "f32")
-    return out
 
 
 def _clip(seconds: int):
@@ -107,7 +96,7 @@ def main() -> None:
         return
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        gguf = a.gguf or str(build_gguf(Path(tmp) / "qwen3-tts-0.6b-base-f32.gguf"))
+        gguf = a.gguf or str(build_gguf(Path(tmp) / "qwen3-tts-0.6b-base-f32.gguf", "0.6B-Base"))
         print("voice-cloning front end, full-size 0.6B-Base shapes, F32; best of", a.repeat, "(seconds)")
         print(f"{'impl':<10}{'threads':>8}" + "".join(f"{n:>24}" for n in CLIPS) + f"{'load':>6}")
         for n in a.threads:

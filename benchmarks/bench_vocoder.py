@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def build_gguf(out: Path) -> Path:
+def build_gguf(out: Path, release: str = "0.6B-CustomVoice") -> Path:
+    """A full-size zero-weight stand-in of `release`, converted to F32 (tests/fixtures/releases.py)."""
     sys.path.insert(0, str(ROOT))
     from qtts.convert import convert
     from tests.fixtures.build import ensure_fixtures
@@ -27,7 +28,7 @@ def build_gguf(out: Path) -> Path:
 
     with tempfile.TemporaryDirectory() as tmp:
         ck = Path(tmp) / "ck"
-        write_release("0.6B-CustomVoice", ck, ensure_fixtures() / "tiny_base")
+        write_release(release, ck, ensure_fixtures() / "tiny_base")
         convert(ck, out, "f32")
     return out
 

@@ -7,36 +7,11 @@
 #include <vector>
 
 #include "error.h"
-
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define QTTS_X86 1
-#include <immintrin.h>
-#define QTTS_AVX2 __attribute__((target("avx2,fma")))
-#define QTTS_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
-#endif
+#include "simd.h"
 
 namespace qtts {
 
 namespace {
-
-// The wheel's baseline is SSE only; the AVX2/FMA kernels are chosen at run time.
-bool has_avx2() {
-#ifdef QTTS_X86
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return yes;
-#else
-    return false;
-#endif
-}
-
-bool has_avx512() {
-#ifdef QTTS_X86
-    static const bool yes = has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-    return yes;
-#else
-    return false;
-#endif
-}
 
 // sin^2 by Cody-Waite reduction to |r| <= pi/4 and the Cephes sinf/cosf polynomials: sin^2
 // needs only the parity of the quadrant. Relative error ~1e-7 for |z| up to ~1e4.

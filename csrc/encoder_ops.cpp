@@ -6,27 +6,13 @@
 #include <vector>
 
 #include "error.h"
-
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define QTTS_X86 1
-#include <immintrin.h>
-#define QTTS_AVX2 __attribute__((target("avx2,fma")))
-#endif
+#include "simd.h"
 
 namespace qtts {
 
 namespace {
 
 constexpr float kStatEps = 1e-12f;  // ECAPA's statistics pooling
-
-bool has_avx2() {
-#ifdef QTTS_X86
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return yes;
-#else
-    return false;
-#endif
-}
 
 void elu_row_scalar(const float * x, float * y, int64_t c0, int64_t n) {
     for (int64_t c = c0; c < n; ++c) y[c] = x[c] > 0.0f ? x[c] : std::expm1(x[c]);
