@@ -16,7 +16,7 @@ import numpy as np
 from .audio import Audio, AudioChunk, Timings
 from .cloning import CloneTimings
 from .generation import frame_budget, resolve_settings
-from .prompt import Conditioning, build_prompt, resolve_voice
+from .prompt import Conditioning, Prompt, build_prompt, resolve_voice
 from .voice import Voice
 from .text import split_text
 
@@ -72,10 +72,7 @@ def synthesize(model: Model, req: Request) -> Audio:
     gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
     _clone_timings(timings, req.clone_timings)
     for i, piece in enumerate(req.pieces):
-        t0 = time.perf_counter()
-        prompt = build_prompt(model, piece, req.cond, non_streaming_mode=req.non_streaming_mode)
-        timings.prompt_ms += (time.perf_counter() - t0) * 1e3 - prompt.tokenize_ms
-        timings.tokenize_ms += prompt.tokenize_ms
+        prompt = _timed_prompt(model, req, piece, timings)
         codes, reason, raw = model._session.generate(prompt.embeddings, prompt.trailing, _piece_settings(req, i, piece))
         for k in ("prefill_ms", "talker_ms", "predictor_ms"):
             gen[k] += raw[k]
@@ -109,10 +106,7 @@ def stream(model: Model, req: Request, *, first_chunk_frames: int = 1, max_chunk
     ref = _ref_codes(req)
     _clone_timings(timings, req.clone_timings)
     for i, piece in enumerate(req.pieces):
-        t0 = time.perf_counter()
-        prompt = build_prompt(model, piece, req.cond, non_streaming_mode=req.non_streaming_mode)
-        timings.prompt_ms += (time.perf_counter() - t0) * 1e3 - prompt.tokenize_ms
-        timings.tokenize_ms += prompt.tokenize_ms
+        prompt = _timed_prompt(model, req, piece, timings)
         session.generate_begin(prompt.embeddings, prompt.trailing, _piece_settings(req, i, piece))
         if ref is None:
             session.decode_stream_reset()
@@ -149,6 +143,14 @@ def stream(model: Model, req: Request, *, first_chunk_frames: int = 1, max_chunk
             samples_out += len(pause)
             yield AudioChunk(pause, model.sample_rate, np.zeros((0, 16), dtype=np.int32), index)
             index += 1
+
+
+def _timed_prompt(model: Model, req: Request, piece: str, timings: Timings) -> Prompt:
+    t0 = time.perf_counter()
+    prompt = build_prompt(model, piece, req.cond, non_streaming_mode=req.non_streaming_mode)
+    timings.prompt_ms += (time.perf_counter() - t0) * 1e3 - prompt.tokenize_ms
+    timings.tokenize_ms += prompt.tokenize_ms
+    return prompt
 
 
 def _ref_codes(req: Request) -> np.ndarray | None:
