@@ -14,6 +14,7 @@
 #include "ggml-cpu.h"
 #include "ggml.h"
 #include "model.h"
+#include "sampling.h"
 #include "session.h"
 
 namespace py = pybind11;
@@ -279,6 +280,24 @@ PYBIND11_MODULE(_core, mod) {
             return py::make_tuple(tokens, types, merges);
         },
         py::arg("path"), "(tokens, token types, merges) of a qtts GGUF file.");
+    mod.def(
+        "sample_tokens",
+        [](const FloatRows & logits, bool do_sample, float temperature, int top_k, float top_p, uint64_t seed) {
+            if (logits.ndim() != 2 || logits.shape(1) < 1) throw Error("sample_tokens: logits must be [n, vocab]");
+            SamplingParams p{do_sample, temperature, top_k, top_p};
+            std::mt19937_64 rng(seed);
+            const py::ssize_t n = logits.shape(0), v = logits.shape(1);
+            std::vector<int32_t> out(static_cast<size_t>(n));
+            std::vector<float> row(static_cast<size_t>(v));
+            py::gil_scoped_release release;
+            for (py::ssize_t i = 0; i < n; ++i) {
+                std::copy(logits.data() + i * v, logits.data() + (i + 1) * v, row.begin());
+                out[static_cast<size_t>(i)] = select_token(row, p, rng);
+            }
+            return out;
+        },
+        py::arg("logits"), py::arg("do_sample"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
+        py::arg("seed"), "One token per row with the generation loop's sampler (tests and micro-benchmarks).");
     mod.def("ggml_version", []() { return std::string(ggml_version()); });
     mod.def("quantize", &quantize_rows, py::arg("rows"), py::arg("type"), py::arg("n_threads") = 1,
             "Quantize float32 rows [n, n_per_row] to q8_0, q4_k, q5_k or q6_k with ggml; the raw blocks.");

@@ -289,3 +289,17 @@ def test_quantized_models_generate(out_type, gguf_dir: Path, models):
     got = qtts.load(gguf_dir / f"tiny_custom_voice-{out_type}.gguf", n_threads=2).generate_codes(TEXT, **kwargs)
     assert got.codes.shape == (20, 16) and got.stop_reason == "max_new_tokens"
     np.testing.assert_array_equal(got.codes[0], want[0])
+
+
+def test_sample_tokens_binding():
+    from qtts._native import core
+
+    logits = np.random.default_rng(0).standard_normal((64, 3072)).astype(np.float32)
+    assert core.sample_tokens(logits, False, 1.0, 0, 1.0, 0) == list(np.argmax(logits, axis=1))
+    assert core.sample_tokens(logits, True, 0.9, 1, 1.0, 5) == list(np.argmax(logits, axis=1))  # top-k 1
+    a = core.sample_tokens(logits, True, 0.9, 50, 1.0, 7)
+    assert a == core.sample_tokens(logits, True, 0.9, 50, 1.0, 7) != core.sample_tokens(logits, True, 0.9, 50, 1.0, 8)
+    top50 = np.argsort(-logits, axis=1)[:, :50]
+    assert all(t in row for t, row in zip(a, top50))
+    with pytest.raises(ValueError, match="logits"):
+        core.sample_tokens(np.zeros(5, np.float32), False, 1.0, 0, 1.0, 0)

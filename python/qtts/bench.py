@@ -1,4 +1,4 @@
-"""`qtts-cli bench speed|memory|quality`: reproducible benchmarks on full-size random-weight models.
+"""`qtts-cli bench speed|memory|quality|micro`: reproducible benchmarks on full-size random-weight models.
 
 The model is built from a released configuration with random weights (qtts.randmodel, numpy
 only), converted with qtts's converter and quantizer, and cached under $QTTS_CACHE/bench. Every
@@ -211,6 +211,45 @@ def format_quality(r: dict[str, Any]) -> str:
     return (f"{r['release']} random weights, teacher-forced on {r['frames']} greedy F32 frames\n" + "\n".join(rows))
 
 
+def run_micro(a: argparse.Namespace) -> dict[str, Any]:
+    """Weight-free stages, best of `repeat`: the sampler, the mel front end, resampling, PCM packing."""
+    import numpy as np
+
+    from ._native import core
+    from .audio import pcm16
+    from .mel import log_mel_spectrogram
+    from .refaudio import load_reference_audio
+
+    rng = np.random.default_rng(a.seed)
+    logits = rng.standard_normal((1000, 3072)).astype(np.float32) * 3
+    wav44 = (0.1 * rng.standard_normal(44100 * 30)).astype(np.float32)
+    wav24 = (0.1 * rng.standard_normal(24000 * 30)).astype(np.float32)
+    cases = {
+        "sample greedy, 3072 logits (us/token)": (lambda: core.sample_tokens(logits, False, 1.0, 0, 1.0, 0), 1e6 / 1000),
+        "sample top-k 50, T 0.9 (us/token)": (lambda: core.sample_tokens(logits, True, 0.9, 50, 1.0, 0), 1e6 / 1000),
+        "sample top-p 0.8, T 0.9 (us/token)": (lambda: core.sample_tokens(logits, True, 0.9, 0, 0.8, 0), 1e6 / 1000),
+        "log-mel of 30 s (ms)": (lambda: log_mel_spectrogram(wav24), 1e3),
+        "resample 30 s 44.1 -> 24 kHz (ms)": (lambda: load_reference_audio((wav44, 44100)), 1e3),
+        "PCM16 packing of 30 s (ms)": (lambda: pcm16(wav24), 1e3),
+    }
+    results = {}
+    for name, (fn, scale) in cases.items():
+        fn()
+        best = min(_timed(fn) for _ in range(a.repeat))
+        results[name] = best * scale
+    return {"benchmark": "micro", **machine(), "results": results}
+
+
+def _timed(fn: Any) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def format_micro(r: dict[str, Any]) -> str:
+    return "\n".join(f"{k:<42}{v:>10.2f}" for k, v in r["results"].items())
+
+
 def _worker(kind: str, *args: str) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "qtts.bench", kind, *args]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -291,6 +330,11 @@ def format_memory(r: dict[str, Any]) -> str:
 def add_parser(sub: Any) -> None:
     b = sub.add_parser("bench", help="speed and memory benchmarks on full-size random-weight models")
     bs = b.add_subparsers(dest="bench_command", required=True)
+    m = bs.add_parser("micro", help="weight-free micro-benchmarks: sampling, mel, resampling, PCM packing")
+    m.add_argument("--repeat", type=int, default=5)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--json", help="also write the results as JSON to this file")
+    m.set_defaults(func=run)
     for name in ("speed", "memory", "quality"):
         p = bs.add_parser(name, help=f"{name} benchmark (each configuration in a fresh process)")
         p.add_argument("--release", default="0.6B-Base", help="released configuration to build (default 0.6B-Base)")
@@ -312,7 +356,7 @@ def add_parser(sub: Any) -> None:
 
 def run(a: argparse.Namespace) -> int:
     runner, fmt = {"speed": (run_speed, format_speed), "memory": (run_memory, format_memory),
-                   "quality": (run_quality, format_quality)}[a.bench_command]
+                   "quality": (run_quality, format_quality), "micro": (run_micro, format_micro)}[a.bench_command]
     r = runner(a)
     print(fmt(r))
     if a.json:
