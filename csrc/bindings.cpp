@@ -389,6 +389,16 @@ PYBIND11_MODULE(_core, mod) {
                                })
         .def_property_readonly("hparams", &hparams)
         .def(
+            "tensor_info",
+            [](const Model & m) {
+                py::list out;
+                for (const ggml_tensor * t : m.tensors("")) {
+                    out.append(py::make_tuple(std::string(t->name), std::string(ggml_type_name(t->type)), ggml_nelements(t)));
+                }
+                return out;
+            },
+            "(name, type, element count) of every weight, in file order.")
+        .def(
             "tensor_data",
             [](const Model & m, const std::string & prefix) {
                 py::list out;

@@ -361,9 +361,9 @@ Model::Model(const std::string & path_, const std::string & device_name) : path(
     GgufFile & f = *file_;
     file_size = f.file_size();
     const uint32_t version = f.u32(kv::FORMAT_VERSION);
-    if (version != 3) {
-        fail("%s: format version %u is not supported by this qtts (expected 3); re-convert the checkpoint",
-             path.c_str(), version);
+    if (version != kv::FORMAT) {
+        fail("%s: format version %u is not supported by this qtts (expected %u); re-convert the checkpoint",
+             path.c_str(), version, kv::FORMAT);
     }
     name = f.has(kv::MODEL_NAME) ? f.str(kv::MODEL_NAME) : "";
     variant = f.str(kv::VARIANT);

@@ -13,6 +13,7 @@ constexpr const char * MODEL_NAME = "general.name";
 constexpr const char * FILE_TYPE = "general.file_type";
 
 constexpr const char * FORMAT_VERSION = "qwen3-tts.format_version";
+constexpr unsigned FORMAT = 3;  // the value of FORMAT_VERSION this build reads and writes
 constexpr const char * VARIANT = "qwen3-tts.variant";
 constexpr const char * SIZE = "qwen3-tts.size";
 constexpr const char * SOURCE = "qwen3-tts.source";

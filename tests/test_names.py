@@ -38,3 +38,8 @@ def test_names_fit_ggml() -> None:
     for pattern in _python_names(TN).values():
         name = pattern.replace("%s", "codec_dec.pre_tfm").replace("%d", "99")
         assert len(name) < 64, name
+
+
+def test_format_version_agrees() -> None:
+    src = HEADER.read_text()
+    assert int(re.search(r"constexpr unsigned FORMAT = (\d+);", src).group(1)) == KV.FORMAT

@@ -101,7 +101,7 @@ def metadata(ck: Checkpoint) -> list[tuple[str, Any, str]]:
     f = _Fields(ck.root / "config.json", ck.config)
     c = _Fields(ck.root / "speech_tokenizer" / "config.json", ck.codec)
     kv: list[tuple[str, Any, str]] = [
-        (KV.FORMAT_VERSION, 3, "u32"),
+        (KV.FORMAT_VERSION, KV.FORMAT, "u32"),
         (KV.VARIANT, ck.variant, "str"),
         (KV.SIZE, f.get("tts_model_size", str), "str"),
         (KV.TEXT_IM_START_ID, f.get("im_start_token_id"), "u32"),

@@ -14,6 +14,7 @@ class KV:
     FILE_TYPE = "general.file_type"
 
     FORMAT_VERSION = "qwen3-tts.format_version"
+    FORMAT = 3  # the value of FORMAT_VERSION this qtts reads and writes
     VARIANT = "qwen3-tts.variant"
     SIZE = "qwen3-tts.size"
     SOURCE = "qwen3-tts.source"
