@@ -313,6 +313,13 @@ def format_speed(r: dict[str, Any]) -> str:
         vals = [(r["reference"] if c == "reference" else r["results"][c]).get(k) for c in cols]
         rows.append(f"{label:<18}" + "".join(f"{v:>12.{digits}f}" if isinstance(v, (int, float)) else f"{'-':>12}"
                                              for v in vals))
+    if "reference" in r:  # how many times faster than the reference, same run
+        ref = r["reference"]
+        for k, label in (("generation_ms_per_frame", "generation"), ("vocoder_ms_per_frame", "vocoder"),
+                         ("rtf", "RTF"), ("speaker_encode_30s_ms", "spk enc 30 s")):
+            rows.append(f"{'x ref ' + label:<18}" + "".join(
+                f"{ref[k] / r['results'][c][k]:>12.2f}" if c != "reference" and r["results"][c].get(k) else f"{'':>12}"
+                for c in cols))
     head = (f"{r['release']} random weights, {r['frames']} frames, {r['threads']} threads, load "
             f"{r['load_avg']:.2f} -> {r['load_avg_end']:.2f}")
     return head + "\n" + "\n".join(rows)
