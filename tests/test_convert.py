@@ -284,3 +284,125 @@ def test_conversion_streams_large_tensors(fixture_root: Path, tmp_path: Path, mo
     emb = {t.name: t for t in GGUFReader(str(tmp_path / "x.gguf")).tensors}["talker.text_embd.weight"]
     got = quants.dequantize(np.array(emb.data), emb.tensor_type).reshape(rows, 48)
     assert np.abs(got - big).max() < 0.05
+
+
+def _wide_ffn_checkpoint(fixture_root: Path, dst: Path) -> Path:
+    """tiny_base with a 256-wide talker FFN, so that ffn_down has whole K-quant rows."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    shutil.copytree(fixture_root / "tiny_base", dst)
+    tensors = load_file(dst / "model.safetensors")
+    cfg = json.loads((dst / "config.json").read_text())
+    hidden, n_layers = cfg["talker_config"]["hidden_size"], cfg["talker_config"]["num_hidden_layers"]
+    rng = np.random.default_rng(7)
+    for i in range(n_layers):
+        p = f"talker.model.layers.{i}.mlp."
+        for name, shape in (("gate_proj", (256, hidden)), ("up_proj", (256, hidden)), ("down_proj", (hidden, 256))):
+            tensors[p + name + ".weight"] = rng.standard_normal(shape, dtype=np.float32) * 0.05
+    save_file(tensors, dst / "model.safetensors")
+    cfg["talker_config"]["intermediate_size"] = 256
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+@pytest.mark.parametrize("out_type", ["q4_k", "q5_k", "q6_k"])
+def test_k_quant_conversion_is_f32_then_quantize(out_type: str, fixture_root: Path, gguf_dir: Path,
+                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`convert --type q4_k` in one step writes exactly what convert f32 + quantize writes, with
+    the quantize policy's types (here ffn_down, a sensitive tensor, at Q6_K), streaming."""
+    import qtts.convert as conv
+    from qtts.quantize import quantize
+
+    for ck in (fixture_root / "tiny_custom_voice", _wide_ffn_checkpoint(fixture_root, tmp_path / "wide")):
+        f32 = gguf_dir / "tiny_custom_voice-f32.gguf" if ck.name == "tiny_custom_voice" else \
+            convert(ck, tmp_path / "wide-f32.gguf", "f32")
+        two_steps = quantize(f32, tmp_path / f"{ck.name}-two.gguf", out_type, n_threads=1)
+        monkeypatch.setattr(conv, "_CHUNK_ELEMS", 512)  # several row chunks per tensor
+        one_step = conv.convert(ck, tmp_path / f"{ck.name}-one.gguf", out_type, n_threads=2)
+        monkeypatch.undo()
+        assert one_step.read_bytes() == two_steps.read_bytes(), ck.name
+    types = {t.name: t.tensor_type for t in GGUFReader(str(one_step)).tensors}
+    assert types["talker.blk.0.ffn_down.weight"] == QT.Q6_K
+    assert types["talker.blk.0.ffn_up.weight"] == QT.Q8_0  # 32-value rows: the Q8_0 fallback
+    assert types["talker.codec_embd.weight"] == QT.F32  # codec tables stay F32 as in the q8_0 target
+    assert read_fields(one_step)[1][KV.FILE_TYPE] == {"q4_k": 15, "q5_k": 17, "q6_k": 18}[out_type]
+    assert list(tmp_path.glob("*.partial")) == []
+
+
+def test_cli_convert_accepts_k_quants_and_shares_the_type_list() -> None:
+    from qtts import cli
+    from qtts.quantize import TYPES
+
+    args = cli.build_parser().parse_args(["convert", "ck", "-o", "m.gguf", "--type", "Q4_K", "-t", "1"])
+    assert (args.type, args.threads) == ("q4_k", 1)
+    convert_action = next(a for a in cli.build_parser()._subparsers._group_actions[0].choices["convert"]._actions
+                          if a.dest == "type")
+    assert tuple(convert_action.choices) == cli.QUANTIZE_TYPES == tuple(TYPES)
+
+
+def test_unknown_type_is_refused(fixture_root: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown --type 'q3_k'; choose one of f32, bf16, q8_0, q4_k"):
+        convert(fixture_root / "tiny_base", tmp_path / "o.gguf", "q3_k")
+    assert list(tmp_path.iterdir()) == []
+
+
+_SLOW_CONVERT = """
+import sys, time
+import qtts.convert as conv
+
+encode = conv._encode
+def stalled(e, n_threads):
+    for i, chunk in enumerate(encode(e, n_threads)):
+        yield chunk
+        if e.name == "talker.blk.0.ffn_up.weight":
+            print("writing", flush=True)
+            time.sleep(600)
+conv._encode = stalled
+conv.convert(sys.argv[1], sys.argv[2], "q8_0")
+"""
+
+
+def test_killed_conversion_leaves_no_partial_after_the_next_run(fixture_root: Path, gguf_dir: Path,
+                                                               tmp_path: Path) -> None:
+    """SIGKILL mid-write leaves a partial file (nothing can clean up then); the next run on the
+    same output removes it and writes the whole file; the final path never holds a torn file."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "m.gguf"
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_CONVERT, str(fixture_root / "tiny_custom_voice"), str(out)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "writing\n"
+        partials = list(tmp_path.glob("m.gguf.*.partial"))
+        assert len(partials) == 1 and partials[0].stat().st_size > 0
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert not out.exists() and partials[0].exists()
+    convert(fixture_root / "tiny_custom_voice", out, "q8_0")
+    assert out.read_bytes() == (gguf_dir / "tiny_custom_voice-q8_0.gguf").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf"]
+
+
+def test_load_by_repo_id_converts_to_a_k_quant(fixture_root: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants as c
+
+    import qtts
+    from tests.test_registry import _fake_cache
+
+    repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("QTTS_CACHE", str(tmp_path / "qtts-cache"))
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+    _fake_cache(tmp_path / "hf", repo_id, fixture_root / "tiny_custom_voice")
+    with pytest.raises(ValueError, match="convert_type must be one of f32, bf16, q8_0, q4_k, q5_k, q6_k, got 'q3_k'"):
+        qtts.load(repo_id, n_threads=1, convert_type="q3_k")
+    m = qtts.load(repo_id, n_threads=1, convert_type="q5_k")
+    assert m.path == tmp_path / "qtts-cache" / "Qwen3-TTS-12Hz-0.6B-CustomVoice-q5_k.gguf"
+    assert read_fields(m.path)[1][KV.FILE_TYPE] == 17

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .weight_types import WEIGHT_TYPES
+
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
     from .cloning import CloneTimings
     from .voice import Voice
@@ -36,13 +38,13 @@ def _convert(args: argparse.Namespace) -> int:
     from .convert import convert
 
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    out = convert(args.hf_dir, args.output, args.type, log=log)
+    out = convert(args.hf_dir, args.output, args.type, log=log, n_threads=args.threads)
     if not args.quiet:
         print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0
 
 
-QUANTIZE_TYPES = ("f32", "bf16", "q8_0", "q4_k", "q5_k", "q6_k")  # qtts.quantize.TYPES, kept import-free
+QUANTIZE_TYPES = WEIGHT_TYPES
 QUANTIZE_DESCRIPTION = ("Change the type of the talker and code-predictor weights of a qtts GGUF file; everything "
                         "else stays F32. Quantize from the F32 or BF16 conversion, not from a quantized file.")
 
@@ -466,8 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("convert", help="convert a Hugging Face checkpoint directory into one GGUF file")
     c.add_argument("hf_dir", help="checkpoint directory (config.json, model.safetensors, speech_tokenizer/ ...)")
     c.add_argument("-o", "--output", required=True, help="output .gguf path")
-    c.add_argument("--type", default="f32", choices=["f32", "bf16", "q8_0"],
-                   help="type of the talker and code-predictor matrices (default: f32)")
+    c.add_argument("--type", default="f32", type=str.lower, choices=WEIGHT_TYPES,
+                   help="type of the talker and code-predictor matrices (default: f32); the K-quants use "
+                        "the same per-tensor policy as `quantize` and give the same file in one step")
+    c.add_argument("-t", "--threads", type=int, help="K-quant threads (default: the physical cores)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     c.set_defaults(func=_convert)
 

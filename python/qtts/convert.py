@@ -21,6 +21,9 @@ Documented transforms (tests compare every tensor against the checkpoint through
   the encoder quantizers' output_proj and `initialized` flags, and the Mimi acoustic
   codebooks beyond the 16 valid quantizers.
 Talker and code-predictor linears are never written as F16: their activations overflow it.
+The K-quant targets (q4_k, q5_k, q6_k) take their per-tensor types from `qtts.quantize`'s policy
+and quantize each row chunk as it streams, so the file is byte for byte what converting to f32
+and then quantizing writes, without the F32 copy on disk.
 """
 from __future__ import annotations
 
@@ -40,10 +43,12 @@ from . import hfconfig
 from .gguf_write import OutTensor, write_gguf
 from .names import KV, TN
 from .safetensors_io import TensorRef, open_checkpoint, to_f32
+from .threads import resolve_threads
 from .tokenizer import tokenizer_metadata
+from .weight_types import FILE_TYPE, K_QUANT_TYPES, WEIGHT_TYPES
 
-OUT_TYPES = {"f32": QT.F32, "bf16": QT.BF16, "q8_0": QT.Q8_0}
-_FILE_TYPE = {"f32": 0, "bf16": 32, "q8_0": 7}  # llama.cpp's general.file_type values
+_FULL_TYPES = {"f32": QT.F32, "bf16": QT.BF16, "q8_0": QT.Q8_0}
+_K_QUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
 _CHUNK_ELEMS = 1 << 24
 
 Transform = Callable[[list[np.ndarray]], np.ndarray]
@@ -352,7 +357,13 @@ def _match_rule(name: str, ref: TensorRef) -> Entry | None:
 
 def choose_types(entries: list[Entry], out_type: str) -> None:
     """The per-tensor type policy: only talker/predictor matrices and tables change type."""
-    target = OUT_TYPES[out_type]
+    if out_type in K_QUANT_TYPES:
+        from .quantize import policy_type
+
+        for e in entries:
+            e.qtype = policy_type(e.name, e.shape, out_type)[0]
+        return
+    target = _FULL_TYPES[out_type]
     for e in entries:
         e.qtype = QT.F32
         if target == QT.F32 or len(e.shape) != 2:
@@ -369,8 +380,9 @@ def _nbytes(e: Entry) -> int:
     return int(np.prod(e.shape[:-1], dtype=np.int64)) * (e.shape[-1] // block) * size
 
 
-def _encode(e: Entry) -> Iterator[bytes]:
-    """Yield the entry's bytes in row chunks so that peak memory stays near one chunk."""
+def _encode(e: Entry, n_threads: int) -> Iterator[bytes]:
+    """Yield the entry's bytes in row chunks (whole rows, as the K-quants need) so that peak
+    memory stays near one chunk."""
     if e.transform is not None:
         chunks = [e.transform([r.f32() for r in e.sources])]
     else:
@@ -387,15 +399,22 @@ def _encode(e: Entry) -> Iterator[bytes]:
         c = np.ascontiguousarray(c, dtype=np.float32)
         if e.qtype == QT.F32:
             yield c.tobytes()
+        elif e.qtype in _K_QUANTS:
+            from ._native import core  # the quantizer `qtts.quantize` uses: the same bytes
+
+            yield core.quantize(c.reshape(-1, c.shape[-1]), e.qtype.name.lower(), n_threads)
         else:
             yield quants.quantize(c.reshape(-1, c.shape[-1]), e.qtype).tobytes()
 
 
 def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike, out_type: str = "f32",
-            name: str | None = None, log: Callable[[str], None] | None = None) -> Path:
-    """Write `out_path` atomically (a partial file never remains); returns its path."""
-    if out_type not in OUT_TYPES:
-        raise ValueError(f"unknown --type {out_type!r}; choose one of {sorted(OUT_TYPES)}")
+            name: str | None = None, log: Callable[[str], None] | None = None,
+            n_threads: int | None = None) -> Path:
+    """Write `out_path` atomically (a partial file never remains); returns its path.
+    `n_threads` quantizes the K-quant targets (default: the physical cores)."""
+    if out_type not in WEIGHT_TYPES:
+        raise ValueError(f"unknown --type {out_type!r}; choose one of {', '.join(WEIGHT_TYPES)}")
+    threads = resolve_threads(n_threads)
     hf = Path(hf_dir)
     ck = hfconfig.read_checkpoint(hf)
     meta = hfconfig.metadata(ck)
@@ -406,7 +425,7 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike, out_type: st
 
     def add_metadata(writer: GGUFWriter) -> None:
         writer.add_string(KV.MODEL_NAME, name or hf.resolve().name)
-        writer.add_uint32(KV.FILE_TYPE, _FILE_TYPE[out_type])
+        writer.add_uint32(KV.FILE_TYPE, FILE_TYPE[out_type])
         writer.add_string(KV.SOURCE, hf.resolve().name)
         _add_metadata(writer, meta)
         writer.add_tokenizer_model("gpt2")
@@ -415,7 +434,7 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike, out_type: st
         writer.add_token_types(tok.token_types)
         writer.add_token_merges(tok.merges)
 
-    tensors = [OutTensor(e.name, e.shape, e.qtype, _nbytes(e), lambda e=e: _encode(e)) for e in entries]
+    tensors = [OutTensor(e.name, e.shape, e.qtype, _nbytes(e), lambda e=e: _encode(e, threads)) for e in entries]
     return write_gguf(out_path, add_metadata, tensors, log)
 
 

@@ -35,6 +35,7 @@ from .gguf_meta import read_fields
 from .gguf_write import OutTensor, write_gguf
 from .names import KV, TN
 from .threads import resolve_threads
+from .weight_types import FILE_TYPE, WEIGHT_TYPES
 
 # The type of each tensor role per target (see role_of), before the block-size fallback:
 #   linear        talker/predictor attention and FFN linears, text_proj.fc1/fc2, mtp_proj
@@ -54,8 +55,7 @@ _POLICY: dict[str, tuple[QT, ...]] = {
     "codec tables": (QT.F32, QT.BF16, QT.F32,  QT.F32,  QT.F32,  QT.F32),
     "f32":          (QT.F32, QT.F32,  QT.F32,  QT.F32,  QT.F32,  QT.F32),
 }
-TYPES = dict(zip(("f32", "bf16", "q8_0", "q4_k", "q5_k", "q6_k"), _POLICY["linear"]))
-FILE_TYPE = {"f32": 0, "bf16": 32, "q8_0": 7, "q4_k": 15, "q5_k": 17, "q6_k": 18}  # llama.cpp's (Q4_K_M is 15)
+TYPES = dict(zip(WEIGHT_TYPES, _POLICY["linear"]))
 _K_QUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
 _SENSITIVE = re.compile(r"\.(attn_v|ffn_down)\.weight$|^talker\.codec_head\.|^code_pred\.lm_head\.")
 _RE_ENCODABLE = (QT.F32, QT.BF16)
@@ -107,6 +107,18 @@ def role_of(name: str, n_dims: int) -> str:
     return "linear"
 
 
+def policy_type(name: str, shape: Sequence[int], out_type: str) -> tuple[QT, str]:
+    """The type the policy gives tensor `name` of `shape` (numpy order) at target `out_type`,
+    after the block-size fallback, and a note when it is not the policy's own."""
+    n_per_row = int(shape[-1])
+    wanted = _POLICY[role_of(name, len(shape))][WEIGHT_TYPES.index(out_type.lower())]
+    qtype = _fit(wanted, n_per_row)
+    if qtype == wanted:
+        return qtype, ""
+    return qtype, (f"fallback: {wanted.name} needs rows of whole {GGML_QUANT_SIZES[wanted][0]}-value blocks, "
+                   f"these have {n_per_row}")
+
+
 def _fits(qtype: QT, n_per_row: int) -> bool:
     return n_per_row % GGML_QUANT_SIZES[qtype][0] == 0
 
@@ -149,11 +161,7 @@ def plan(tensors: Sequence[ReaderTensor], out_type: str, keep: Sequence[str] = (
     for t in tensors:
         n_per_row = int(t.shape[0])
         role = role_of(t.name, len(t.shape))
-        wanted = _POLICY[role][list(TYPES).index(out_type.lower())]
-        qtype, note = _fit(wanted, n_per_row), ""
-        if qtype != wanted:
-            note = f"fallback: {wanted.name} needs rows of whole {GGML_QUANT_SIZES[wanted][0]}-value blocks, " \
-                   f"these have {n_per_row}"
+        qtype, note = policy_type(t.name, tuple(int(d) for d in reversed(t.shape)), out_type)
         for spec, rx, kept in rules:
             if not rx.search(t.name):
                 continue

@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .weight_types import WEIGHT_TYPES
+
 
 @dataclass(frozen=True)
 class Release:
@@ -58,6 +60,8 @@ def fetch(repo_id: str, out_dir: str | os.PathLike[str], out_type: str = "q8_0",
     an existing output is reused."""
     from .convert import convert
 
+    if out_type not in WEIGHT_TYPES:
+        raise ValueError(f"convert_type must be one of {', '.join(WEIGHT_TYPES)}, got {out_type!r}")
     if repo_id not in MODELS and not Path(repo_id).is_dir():
         known = ", ".join(MODELS)
         raise ValueError(f"{repo_id!r} is not a released Qwen3-TTS 12 Hz checkpoint; known: {known}")
