@@ -1,5 +1,5 @@
-"""Writing a qtts GGUF file: atomically (a `.partial` file renamed at the end, removed on any
-failure) and streaming each tensor's bytes, with tensor data aligned to 64 bytes so mmapped
+"""Writing a qtts GGUF file: atomically (a `<name>.<pid>.partial` file renamed at the end, removed
+on any failure; those of killed runs are removed by the next run on the same output) and streaming each tensor's bytes, with tensor data aligned to 64 bytes so mmapped
 weights start on cache lines (the AVX-512 codec kernels load them whole)."""
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFWriter
 
+from .atomic import atomic_output
 from .names import KV
 
 ALIGNMENT = 64
@@ -31,32 +32,33 @@ def write_gguf(out_path: str | os.PathLike[str], add_metadata: Callable[[GGUFWri
                tensors: list[OutTensor], log: Callable[[str], None] | None = None) -> Path:
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    writer = GGUFWriter(partial, KV.ARCH_NAME)
-    writer.add_custom_alignment(ALIGNMENT)
-    try:
-        add_metadata(writer)
-        for t in tensors:
-            writer.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes, raw_dtype=t.qtype)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        fout = writer.fout[0]
-        for i, t in enumerate(tensors):
-            if log:
-                log(f"[{i + 1}/{len(tensors)}] {t.name} {list(t.shape)} {t.label or t.qtype.name}")
-            writer.write_padding(fout, fout.tell())
-            n = 0
-            for chunk in t.chunks():
-                fout.write(chunk)
-                n += len(chunk)
-            if n != t.nbytes:
-                raise RuntimeError(f"internal error: {t.name} wrote {n} bytes, planned {t.nbytes}")
-            writer.write_padding(fout, n)
-        writer.close()
-        os.replace(partial, out)
-    except BaseException:
-        writer.close()
-        partial.unlink(missing_ok=True)
-        raise
+    with atomic_output(out) as partial:
+        writer = GGUFWriter(partial, KV.ARCH_NAME)
+        try:
+            _write(writer, add_metadata, tensors, log)
+        finally:
+            writer.close()
     return out
+
+
+def _write(writer: GGUFWriter, add_metadata: Callable[[GGUFWriter], None], tensors: list[OutTensor],
+           log: Callable[[str], None] | None) -> None:
+    writer.add_custom_alignment(ALIGNMENT)
+    add_metadata(writer)
+    for t in tensors:
+        writer.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes, raw_dtype=t.qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    fout = writer.fout[0]
+    for i, t in enumerate(tensors):
+        if log:
+            log(f"[{i + 1}/{len(tensors)}] {t.name} {list(t.shape)} {t.label or t.qtype.name}")
+        writer.write_padding(fout, fout.tell())
+        n = 0
+        for chunk in t.chunks():
+            fout.write(chunk)
+            n += len(chunk)
+        if n != t.nbytes:
+            raise RuntimeError(f"internal error: {t.name} wrote {n} bytes, planned {t.nbytes}")
+        writer.write_padding(fout, n)
