@@ -1,6 +1,8 @@
 """Synthesis results: Audio (eager), AudioChunk (streamed) and their per-stage Timings."""
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import resource
@@ -84,8 +86,15 @@ class AudioChunk:
 
 def save_audio(path: str | os.PathLike[str], samples: np.ndarray, sample_rate: int,
                subtype: str | None = None) -> Path:
-    """16-bit PCM WAV by default (the format every player takes); FLAC/OGG by extension."""
+    """16-bit PCM WAV by default (the format every player takes); FLAC/OGG by extension.
+
+    Atomic: written to a temporary file in the target folder and renamed, so `path` holds either
+    its previous content or the whole new file, never a truncated one. OSError (FileNotFoundError,
+    PermissionError, ...) says what went wrong and names the path.
+    """
     import soundfile as sf
+
+    from .atomic import atomic_output, describe_os_error
 
     p = Path(path)
     fmt = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}.get(p.suffix.lower())
@@ -93,7 +102,17 @@ def save_audio(path: str | os.PathLike[str], samples: np.ndarray, sample_rate: i
         raise ValueError(f"{p}: unsupported audio extension {p.suffix!r} (use .wav, .flac or .ogg)")
     if subtype is None:
         subtype = {"WAV": "PCM_16", "FLAC": "PCM_16", "OGG": "VORBIS"}[fmt]
-    sf.write(str(p), np.asarray(samples, dtype=np.float32), sample_rate, format=fmt, subtype=subtype)
+    if p.is_dir():
+        raise IsADirectoryError(errno.EISDIR, f"cannot write {p}: it is a folder")
+    # Encoded in memory first: soundfile reports any OS failure of its own writes as "System
+    # error.", while Python's file writes below carry the errno (disk full, permission, ...).
+    buf = io.BytesIO()
+    sf.write(buf, np.asarray(samples, dtype=np.float32), sample_rate, format=fmt, subtype=subtype)
+    try:
+        with atomic_output(p) as tmp, open(tmp, "wb") as f:
+            f.write(buf.getbuffer())
+    except OSError as e:
+        raise type(e)(e.errno, describe_os_error(e, p)) from e
     return p
 
 
