@@ -215,3 +215,16 @@ def test_compat_voice_clone(base: qtts.Model) -> None:
     np.testing.assert_array_equal(direct[0], wavs[0])
     with pytest.raises(ValueError, match="voice_clone_prompt or ref_audio"):
         base.generate_voice_clone(TEXT)
+
+
+def test_long_reference_clips(base: qtts.Model) -> None:
+    """A clip over 60 s: ICL cloning refuses it (its transcript must match the audio, so it cannot
+    be cut silently); x-vector-only cloning uses its first 60 s and says so."""
+    clip = _clip(24000 * 61, 3)
+    with pytest.raises(ValueError, match=r"61\.0 s long; voice cloning takes at most 60 s .*ref_text"):
+        base.create_voice(clip, REF_TEXT)
+    with pytest.raises(ValueError, match=r"sample rate 1 Hz is outside the supported range"):
+        base.create_voice((clip, 1), x_vector_only_mode=True)
+    with pytest.warns(UserWarning, match=r"61\.0 s long; the speaker embedding uses its first 60 s"):
+        voice = base.create_voice(clip, x_vector_only_mode=True)
+    np.testing.assert_array_equal(voice.x_vector, base.create_voice(clip[:24000 * 60], x_vector_only_mode=True).x_vector)

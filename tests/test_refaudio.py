@@ -256,3 +256,78 @@ def test_fingerprint_keys_on_values_and_rate() -> None:
     assert audio_fingerprint(y, SR) != key
     with pytest.raises(ValueError):
         audio_fingerprint(x, 0)
+
+
+@pytest.mark.parametrize("rate", [1, 7999, 384001, 10**9])
+def test_sample_rates_outside_the_range_are_refused(rate: int, tmp_path: Path) -> None:
+    """A (samples, 1) tuple once resampled to 1.7e9 samples and was OOM-killed."""
+    with pytest.raises(ValueError, match=f"reference audio sample rate {rate} Hz is outside the supported "
+                                         "range 8000..384000 Hz"):
+        load_reference_audio((_voice(48000), rate))
+    with pytest.raises(ValueError, match=f"target sample_rate {rate} Hz is outside"):
+        load_reference_audio((_voice(48000), SR), sample_rate=rate)
+
+
+def test_file_sample_rate_outside_the_range_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "low.wav"
+    sf.write(path, _voice(4000), 4000)
+    with pytest.raises(ValueError, match=r"reference audio '.*low\.wav' sample rate 4000 Hz is outside"):
+        load_reference_audio(path)
+
+
+def test_long_tuple_is_refused_or_trimmed() -> None:
+    x = _voice(16000 * 61)
+    with pytest.raises(ValueError, match=r"reference audio is 61\.0 s long; voice cloning takes at most 60 s .*"
+                                         r"cut the clip and its transcript \(ref_text\)"):
+        load_reference_audio((x, 16000))
+    with pytest.warns(UserWarning, match=r"is 61\.0 s long; the speaker embedding uses its first 60 s"):
+        got = load_reference_audio((x, 16000), trim=True)
+    assert np.array_equal(got, load_reference_audio((x[:16000 * 60], 16000)))
+
+
+def _long_file(tmp_path: Path, seconds: int, channels: int) -> tuple[Path, np.ndarray]:
+    rate = 8000
+    head = _voice(rate * 60 + 1000, channels)  # the first 60 s and a little more, then silence
+    path = tmp_path / "long.wav"
+    with sf.SoundFile(path, "w", rate, channels, "PCM_16") as f:
+        f.write(head)
+        f.write(np.zeros((rate * seconds - head.shape[0], channels), np.float32))
+    return path, head
+
+
+def test_long_file_is_refused_before_reading(tmp_path: Path) -> None:
+    import tracemalloc
+
+    path, _ = _long_file(tmp_path, 600, 4)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"'.*long\.wav' is 600\.0 s long; voice cloning takes at most 60 s"):
+            load_reference_audio(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+
+
+def test_long_file_trimmed_in_bounded_memory(tmp_path: Path) -> None:
+    """A 10-minute 4-channel file (77 MB as float32) is read only to 60 s, a block at a time."""
+    import tracemalloc
+
+    path, head = _long_file(tmp_path, 600, 4)
+    want = load_reference_audio((sf.read(path, frames=8000 * 60, dtype="float32")[0], 8000))
+    tracemalloc.start()
+    try:
+        with pytest.warns(UserWarning, match=r"is 600\.0 s long; the speaker embedding uses its first 60 s"):
+            got = load_reference_audio(path, trim=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(got, want)
+    assert got.shape == (SR * 60,)
+    assert peak < 8 * got.nbytes, (peak, got.nbytes)  # the whole-file read peaked at 17x
+
+
+def test_file_of_exactly_the_limit_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "sixty.wav"
+    sf.write(path, _voice(8000 * 60), 8000)
+    assert load_reference_audio(path).shape == (SR * 60,)

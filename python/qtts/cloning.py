@@ -26,11 +26,14 @@ class CloneTimings:
     cache: str = "off"  # "hit", "miss" or "off"
 
 
-def reference_samples(model: Model, ref_audio: AudioSource | np.ndarray) -> np.ndarray:
-    """24 kHz mono float32 samples of a path, a (samples, rate) tuple or a 24 kHz array."""
+def reference_samples(model: Model, ref_audio: AudioSource | np.ndarray, *, trim: bool = False) -> np.ndarray:
+    """24 kHz mono float32 samples of a path, a (samples, rate) tuple or a 24 kHz array, at most
+    refaudio.MAX_REFERENCE_SECONDS long: a longer clip is refused, or with `trim` cut with a
+    warning (only for the speaker embedding: an ICL prompt's transcript must match its audio)."""
     if isinstance(ref_audio, np.ndarray):
         ref_audio = (ref_audio, model.sample_rate)
-    return load_reference_audio(ref_audio, sample_rate=model.sample_rate, min_samples=MIN_REFERENCE_SAMPLES)
+    return load_reference_audio(ref_audio, sample_rate=model.sample_rate, min_samples=MIN_REFERENCE_SAMPLES,
+                                trim=trim)
 
 
 def speaker_embedding(model: Model, wav: np.ndarray) -> np.ndarray:
@@ -55,7 +58,7 @@ def create_voice(model: Model, ref_audio: AudioSource | np.ndarray, ref_text: st
             raise ValueError("in-context (ICL) cloning needs ref_text, the transcript of ref_audio; give it, or use "
                              "x_vector_only_mode=True (--x-vector-only) to clone from the speaker embedding alone")
         model.tokenizer.ref_prompt_ids(ref_text)  # fail now, not at the first synthesis
-    wav = reference_samples(model, ref_audio)
+    wav = reference_samples(model, ref_audio, trim=x_vector_only_mode)
     t = CloneTimings()
     key = None
     if cache is not None:

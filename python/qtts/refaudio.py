@@ -18,6 +18,14 @@ import soxr
 
 AudioSource = Union[str, os.PathLike, Tuple[Any, Any]]
 
+# Input rates accepted: telephone audio up to the highest common studio rate. Anything outside is
+# a wrong argument (a rate of 1 would otherwise resample to billions of samples).
+MIN_RATE, MAX_RATE = 8000, 384000
+# The longest reference clip: a few to twenty seconds is what cloning wants; an ICL prompt
+# carries 12.5 codec frames per second of it, so a 10-minute clip would be a 7500-frame prompt.
+MAX_REFERENCE_SECONDS = 60
+_BLOCK_VALUES = 1 << 20  # file reading block, in samples over all channels
+
 # Full-scale divisors, the same conventions libsndfile uses when it reads PCM files as float,
 # so a tuple of raw integer samples and the file they came from load identically.
 _INT_SCALE: dict[np.dtype, float] = {
@@ -28,24 +36,28 @@ _INT_SCALE: dict[np.dtype, float] = {
 _SILENCE_PEAK = 1e-6
 
 
-def load_reference_audio(ref_audio: AudioSource, *, sample_rate: int = 24000,
-                         min_samples: int = 1280) -> np.ndarray:
+def load_reference_audio(ref_audio: AudioSource, *, sample_rate: int = 24000, min_samples: int = 1280,
+                         trim: bool = False) -> np.ndarray:
     """Mono float32 samples of `ref_audio` at `sample_rate`, C-contiguous.
 
     `ref_audio` is a path to any file soundfile reads, or a `(samples, sample_rate)` tuple whose
-    samples are float or int8/int16/int32/uint8, 1-D, or 2-D laid out (samples, channels).
+    samples are float or int8/int16/int32/uint8, 1-D, or 2-D laid out (samples, channels), at a
+    rate in MIN_RATE..MAX_RATE Hz. A clip longer than MAX_REFERENCE_SECONDS is refused, or with
+    `trim` cut to its first MAX_REFERENCE_SECONDS with a warning; a file is read only that far,
+    in blocks, so memory stays bounded whatever its length or channel count.
     Raises ValueError (FileNotFoundError for a missing file) naming what is wrong.
     """
     target = _check_rate(sample_rate, "target sample_rate")
+    _check_range(target, "target sample_rate")
     if isinstance(min_samples, bool) or not isinstance(min_samples, (int, np.integer)) or min_samples < 0:
         raise ValueError(f"min_samples must be a non-negative integer, got {min_samples!r}")
     if isinstance(ref_audio, tuple):
         label = "reference audio"
-        samples, rate = _from_tuple(ref_audio)
+        samples, rate = _from_tuple(ref_audio, trim)
     elif isinstance(ref_audio, (str, os.PathLike)):
         path = os.fspath(ref_audio)
         label = f"reference audio {path!r}"
-        samples, rate = _read_file(path, label)
+        samples, rate = _read_file(path, label, trim)
     else:
         raise ValueError("reference audio must be a file path or a (samples, sample_rate) tuple, "
                          f"got {type(ref_audio).__name__}")
@@ -79,7 +91,24 @@ def _check_rate(rate: Any, what: str) -> int:
     return int(rate)
 
 
-def _read_file(path: str | bytes, label: str) -> tuple[np.ndarray, int]:
+def _check_range(rate: int, what: str) -> None:
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise ValueError(f"{what} {rate} Hz is outside the supported range {MIN_RATE}..{MAX_RATE} Hz")
+
+
+def _too_long(label: str, n: int | None, rate: int, trim: bool) -> None:
+    """Raise for a clip over the limit, or warn that it is cut; `n` is its length when known."""
+    length = f"{n / rate:.1f} s long" if n else f"longer than {MAX_REFERENCE_SECONDS} s"
+    if trim:
+        warnings.warn(f"{label} is {length}; the speaker embedding uses its first {MAX_REFERENCE_SECONDS} s",
+                      UserWarning, stacklevel=2)
+        return
+    raise ValueError(f"{label} is {length}; voice cloning takes at most {MAX_REFERENCE_SECONDS} s (5-20 s is "
+                     "typical). For in-context cloning cut the clip and its transcript (ref_text) to match; "
+                     f"x_vector_only_mode uses the first {MAX_REFERENCE_SECONDS} s of a longer clip")
+
+
+def _read_file(path: str | bytes, label: str, trim: bool) -> tuple[np.ndarray, int]:
     text = os.fsdecode(path)
     if text.lower().startswith(("http://", "https://")):
         raise ValueError(f"{label} is a URL; qtts runs offline: download the file first and pass "
@@ -96,14 +125,35 @@ def _read_file(path: str | bytes, label: str) -> tuple[np.ndarray, int]:
     if os.path.isdir(path):
         raise ValueError(f"{label} is a directory, not an audio file")
     try:
-        # float32 like librosa.load in the reference: PCM is scaled to [-1, 1) by libsndfile.
-        samples, rate = sf.read(path, dtype="float32", always_2d=False)
+        with sf.SoundFile(path) as f:
+            return _read_blocks(f, label, trim)
     except (sf.SoundFileError, RuntimeError, TypeError) as e:
         raise ValueError(f"{label} cannot be read as audio: {e}") from e
-    return _mixdown(samples, label), int(rate)
 
 
-def _from_tuple(item: tuple) -> tuple[np.ndarray, int]:
+def _read_blocks(f: sf.SoundFile, label: str, trim: bool) -> tuple[np.ndarray, int]:
+    rate = int(f.samplerate)
+    _check_range(rate, f"{label} sample rate")
+    limit = MAX_REFERENCE_SECONDS * rate
+    known = f.frames if f.seekable() and f.frames > 0 else None  # unknown for pipes
+    if known is not None and known > limit:
+        _too_long(label, known, rate, trim)  # refused before reading anything
+    # float32 like librosa.load in the reference: PCM is scaled to [-1, 1) by libsndfile. Each
+    # block is mixed down at once (the mean is per frame, so blocks give the same values).
+    parts, n = [], 0
+    for block in f.blocks(blocksize=max(1, _BLOCK_VALUES // f.channels), dtype="float32", always_2d=True,
+                          frames=limit + 1):
+        parts.append(np.mean(block, axis=-1, dtype=np.float32) if f.channels > 1 else block[:, 0].copy())
+        n += block.shape[0]
+    if n > limit:
+        if known is None:
+            _too_long(label, None, rate, trim)
+        parts[-1] = parts[-1][:parts[-1].shape[0] - (n - limit)]
+    samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    return samples, rate
+
+
+def _from_tuple(item: tuple, trim: bool) -> tuple[np.ndarray, int]:
     if len(item) != 2:
         raise ValueError(f"reference audio tuple must be (samples, sample_rate), got {len(item)} items")
     raw, rate = item
@@ -111,6 +161,7 @@ def _from_tuple(item: tuple) -> tuple[np.ndarray, int]:
         raise ValueError("reference audio samples must be a numpy array or a list, "
                          f"got {type(raw).__name__}")
     rate = _check_rate(rate, "reference audio sample rate")
+    _check_range(rate, "reference audio sample rate")
     if isinstance(raw, list):
         # A list carries no sample format, so its numbers are amplitudes, as soxr would read them.
         try:
@@ -122,6 +173,10 @@ def _from_tuple(item: tuple) -> tuple[np.ndarray, int]:
         # a handful of samples; refuse it rather than guess. (Files always come (frames, channels).)
         raise ValueError(f"reference audio has shape {raw.shape}: 2-D audio is read as (samples, "
                          "channels); this looks like (channels, samples), transpose it")
+    limit = MAX_REFERENCE_SECONDS * rate
+    if raw.ndim >= 1 and raw.shape[0] > limit:
+        _too_long("reference audio", raw.shape[0], rate, trim)
+        raw = raw[:limit]
     return _mixdown(_to_float32(raw), "reference audio"), rate
 
 
