@@ -4,8 +4,9 @@ Only the talker and code-predictor matrices and embedding tables change type; ev
 native loader reads as F32 stays F32. _POLICY below gives the type of each role per target.
 Tables are read one row per token, so K-quant targets keep them as the q8_0 target does: the
 text table at Q8_0, the codec tables at F32 (as `qtts-cli convert --type q8_0` writes them;
-`--keep 'codec_embd=q8_0'` stores those at Q8_0 too). For the f32, bf16 and q8_0 targets the
-output is byte for byte what the converter writes from the same checkpoint.
+`--keep 'codec_embd=q8_0'` stores those at Q8_0 too). From the F32 conversion, every target's
+output is byte for byte what `qtts-cli convert --type TYPE` writes from the same checkpoint (the
+converter takes the K-quant targets' types from policy_type here).
 Rows that are not whole blocks fall back: a K-quant (256 values) to Q8_0 when rows are whole
 32-value blocks, else to BF16; Q8_0 (32) to BF16. F16 is never written: talker and
 code-predictor activations overflow it.
