@@ -70,11 +70,11 @@ CASES: dict[str, tuple[str, Make, list[str]]] = {
     "unknown-variant": (CV, kv(KV.VARIANT, "foo"), ["unknown variant 'foo'"]),
     "more-blocks-than-tensors": (CV, kv(BLOCKS, 3), [f"tensor '{TN.L_ATTN_NORM % (TN.TALKER, 2)}' is missing"]),
     # a huge count must not size an allocation (bad_alloc) before the tensors are checked
-    "huge-block-count": (CV, kv(BLOCKS, 2**31 - 1), [f"tensor '{TN.L_ATTN_NORM % (TN.TALKER, 2)}' is missing"]),
+    "huge-block-count": (CV, kv(BLOCKS, 2**31 - 1), [f"metadata key '{BLOCKS}' = 2147483647 is outside [1, 1024]"]),
     "zero-kv-heads": (CV, kv(KV.T_HEAD_COUNT_KV % KV.P_TALKER, 0),
-                      ["inconsistent transformer hyper-parameters", KV.P_TALKER]),
+                      [f"metadata key '{KV.T_HEAD_COUNT_KV % KV.P_TALKER}' = 0 is outside"]),
     "overflowing-rates": (CV, kv(KV.DEC_UPSAMPLE_RATES, [2**30, 2**30, 8, 8]),
-                          ["inconsistent codec decoder hyper-parameters"]),
+                          [f"metadata key '{KV.DEC_UPSAMPLE_RATES}' element 0 = 1073741824 is outside"]),
     # special ids index embedding tables: out of range they would crash generation later
     "codec-id-out-of-range": (CV, kv(KV.CODEC_PAD_ID, 10**9),
                               [f"'{KV.CODEC_PAD_ID}' = 1000000000 is outside the codec vocabulary"]),

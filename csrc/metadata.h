@@ -1,0 +1,17 @@
+// The file-level metadata of a model (special ids, generation defaults, language and speaker
+// tables) and the checks that tie the networks' hyper-parameters together.
+#pragma once
+
+#include "loader.h"
+#include "model.h"
+
+namespace qtts {
+
+// Special ids, generation defaults, languages and speakers, each range-checked on its own.
+void read_metadata(const GgufFile & f, Model & m);
+
+// After every network was read: ids inside their vocabularies, rates and sizes that agree
+// between networks, a tokenizer that fits the text vocabulary.
+void check_metadata(const GgufFile & f, const Model & m);
+
+}  // namespace qtts
