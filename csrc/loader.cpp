@@ -93,6 +93,15 @@ static bool valid_utf8(const char * s) {
     return true;
 }
 
+// A name for a message: bytes outside printable ASCII as \xNN.
+static std::string escaped(const char * s) {
+    std::string out;
+    for (const auto * p = reinterpret_cast<const unsigned char *>(s); *p; ++p) {
+        out += *p >= 0x20 && *p < 0x7F ? std::string(1, static_cast<char>(*p)) : format("\\x%02x", *p);
+    }
+    return out;
+}
+
 static int n_dims_of(const int64_t * ne) {
     int n = GGML_MAX_DIMS;
     while (n > 1 && ne[n - 1] == 1) --n;
@@ -141,7 +150,9 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
 void GgufFile::check_strings() const {
     for (int64_t i = 0; i < gguf_get_n_kv(gguf_); ++i) {
         const char * key = gguf_get_key(gguf_, i);
-        if (!valid_utf8(key)) fail("%s: metadata key #%lld has a name that is not valid UTF-8", path_.c_str(), (long long) i);
+        if (!valid_utf8(key)) {
+            fail("%s: metadata key '%s' has a name that is not valid UTF-8", path_.c_str(), escaped(key).c_str());
+        }
         const enum gguf_type t = gguf_get_kv_type(gguf_, i);
         if (t == GGUF_TYPE_STRING && !valid_utf8(gguf_get_val_str(gguf_, i))) {
             fail("%s: metadata key '%s' holds a string that is not valid UTF-8", path_.c_str(), key);
@@ -156,7 +167,8 @@ void GgufFile::check_strings() const {
     }
     for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) {
         if (!valid_utf8(gguf_get_tensor_name(gguf_, i))) {
-            fail("%s: tensor #%lld has a name that is not valid UTF-8", path_.c_str(), (long long) i);
+            fail("%s: tensor '%s' has a name that is not valid UTF-8", path_.c_str(),
+                 escaped(gguf_get_tensor_name(gguf_, i)).c_str());
         }
     }
 }

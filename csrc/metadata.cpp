@@ -14,10 +14,6 @@ constexpr int kMaxTopK = 1 << 22;
 // checked against its vocabulary once the networks are read
 int id(const GgufFile & f, const char * key) { return f.count(key, 0, INT32_MAX); }
 
-void same(const GgufFile & f, const char * key, int value, const char * other, int want) {
-    if (value != want) f.key_error(key, format("= %d differs from '%s' = %d", value, other, want));
-}
-
 void in_vocab(const GgufFile & f, const char * key, int value, int vocab, const char * table) {
     if (value < 0 || value >= vocab) {
         f.key_error(key, format("= %d is outside the %s vocabulary [0, %d)", value, table, vocab));
@@ -48,6 +44,10 @@ void check_tokenizer(const GgufFile & f, int text_vocab) {
 }
 
 }  // namespace
+
+void require_same(const GgufFile & f, const char * key, int value, const char * other, int want) {
+    if (value != want) f.key_error(key, format("= %d differs from '%s' = %d", value, other, want));
+}
 
 void read_metadata(const GgufFile & f, Model & m) {
     m.text_ids = {id(f, kv::TEXT_IM_START_ID), id(f, kv::TEXT_IM_END_ID), id(f, kv::TEXT_PAD_ID),
@@ -104,22 +104,10 @@ void check_metadata(const GgufFile & f, const Model & m) {
     for (const auto & [name, lid] : m.languages) in_vocab(f, kv::LANGUAGE_IDS, lid, cv, "codec");
     for (const Speaker & s : m.speakers) in_vocab(f, kv::SPEAKER_IDS, s.id, cv, "codec");
 
-    // generated frames go to the codec decoder, encoded reference frames come back into the talker
-    const int groups = m.talker.n_code_groups;
-    const CodecDecoderWeights & dec = m.codec_decoder;
-    const CodecEncoderWeights & enc = m.codec_encoder;
-    same(f, kv::DEC_NUM_QUANTIZERS, dec.n_quantizers, kv::TALKER_NUM_CODE_GROUPS, groups);
-    same(f, kv::ENC_NUM_QUANTIZERS, enc.n_quantizers, kv::TALKER_NUM_CODE_GROUPS, groups);
-    same(f, kv::CODE_PRED_VOCAB_SIZE, m.code_pred.vocab, kv::DEC_CODEBOOK_SIZE, dec.codebook_size);
-    same(f, kv::ENC_CODEBOOK_SIZE, enc.codebook_size, kv::DEC_CODEBOOK_SIZE, dec.codebook_size);
-    if (dec.codebook_size > cv) {
-        f.key_error(kv::DEC_CODEBOOK_SIZE, format("= %d exceeds '%s' = %d", dec.codebook_size,
-                                                  kv::TALKER_CODEC_VOCAB_SIZE, cv));
-    }
-    same(f, kv::ENC_SAMPLE_RATE, enc.sample_rate, kv::DEC_SAMPLE_RATE, dec.sample_rate);
-    same(f, kv::ENC_HOP_LENGTH, enc.hop_length, kv::DEC_HOP_LENGTH, dec.hop_length);
+    // the reference clip is resampled once, to the rate the codecs share
     if (m.speaker_encoder) {
-        same(f, kv::SPK_SAMPLE_RATE, m.speaker_encoder->sample_rate, kv::DEC_SAMPLE_RATE, dec.sample_rate);
+        require_same(f, kv::SPK_SAMPLE_RATE, m.speaker_encoder->sample_rate, kv::DEC_SAMPLE_RATE,
+                     m.codec_decoder.sample_rate);
     }
     check_tokenizer(f, tv);
 }

@@ -201,7 +201,8 @@ Snake load_snake(GgufFile & f, const std::string & a, const std::string & b, int
     return {f.tensor(a, {ch}, WeightKind::F32), f.tensor(b, {ch}, WeightKind::F32)};
 }
 
-void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
+void load_codec_decoder(GgufFile & f, const TalkerWeights & t, const CodePredictorWeights & cp,
+                        CodecDecoderWeights & c) {
     c.hp = read_transformer(f, kv::P_CODEC_DEC, false);
     c.codebook_size = f.count(kv::DEC_CODEBOOK_SIZE, 1, kMaxVocab);
     c.codebook_dim = f.count(kv::DEC_CODEBOOK_DIM, 2, kMaxWidth);
@@ -209,6 +210,13 @@ void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
     c.latent_dim = f.count(kv::DEC_LATENT_DIM, 1, kMaxWidth);
     c.decoder_dim = f.count(kv::DEC_DECODER_DIM, 1, kMaxWidth);
     c.n_quantizers = f.count(kv::DEC_NUM_QUANTIZERS, 2, kMaxGroups);
+    // generated frames come here: one code per group, each from the predictor's vocabulary
+    require_same(f, kv::DEC_NUM_QUANTIZERS, c.n_quantizers, kv::TALKER_NUM_CODE_GROUPS, t.n_code_groups);
+    require_same(f, kv::DEC_CODEBOOK_SIZE, c.codebook_size, kv::CODE_PRED_VOCAB_SIZE, cp.vocab);
+    if (c.codebook_size > t.codec_vocab) {
+        f.key_error(kv::DEC_CODEBOOK_SIZE, format("= %d exceeds '%s' = %d", c.codebook_size,
+                                                  kv::TALKER_CODEC_VOCAB_SIZE, t.codec_vocab));
+    }
     c.sliding_window = f.count(kv::DEC_SLIDING_WINDOW, 1, 1 << 20);
     c.sample_rate = f.count(kv::DEC_SAMPLE_RATE, kMinRate, kMaxRate);
     c.upsample_rates = f.counts(kv::DEC_UPSAMPLE_RATES, 1, 8, 1, kMaxKernel);
@@ -283,7 +291,7 @@ void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
     c.out_conv_b = f.tensor(tn::DEC_OUT_CONV_B, {1}, WeightKind::F32);
 }
 
-void load_codec_encoder(GgufFile & f, CodecEncoderWeights & e) {
+void load_codec_encoder(GgufFile & f, const CodecDecoderWeights & dec, CodecEncoderWeights & e) {
     e.hp = read_transformer(f, kv::P_CODEC_ENC, false);
     e.n_filters = f.count(kv::ENC_NUM_FILTERS, 1, 4096);
     e.kernel_size = f.count(kv::ENC_KERNEL_SIZE, 1, kMaxKernel);
@@ -297,6 +305,11 @@ void load_codec_encoder(GgufFile & f, CodecEncoderWeights & e) {
     e.n_quantizers = f.count(kv::ENC_NUM_QUANTIZERS, 2, kMaxGroups);
     e.sample_rate = f.count(kv::ENC_SAMPLE_RATE, kMinRate, kMaxRate);
     e.hop_length = f.count(kv::ENC_HOP_LENGTH, 1, 1 << 16);
+    // encoded reference frames go back into the talker and the decoder as generated ones do
+    require_same(f, kv::ENC_NUM_QUANTIZERS, e.n_quantizers, kv::DEC_NUM_QUANTIZERS, dec.n_quantizers);
+    require_same(f, kv::ENC_CODEBOOK_SIZE, e.codebook_size, kv::DEC_CODEBOOK_SIZE, dec.codebook_size);
+    require_same(f, kv::ENC_SAMPLE_RATE, e.sample_rate, kv::DEC_SAMPLE_RATE, dec.sample_rate);
+    require_same(f, kv::ENC_HOP_LENGTH, e.hop_length, kv::DEC_HOP_LENGTH, dec.hop_length);
     // the channels double per ratio: at most 8 ratios keep n_filters << 8 within the width bound
     std::vector<int> ups = f.counts(kv::ENC_UPSAMPLING_RATIOS, 1, 8, 1, kMaxKernel);
     e.ratios.assign(ups.rbegin(), ups.rend());
@@ -405,8 +418,8 @@ Model::Model(const std::string & path_, const std::string & device_name) : path(
         speaker_encoder = std::make_unique<SpeakerEncoderWeights>();
         load_speaker_encoder(f, talker.hp.n_embd, *speaker_encoder);
     }
-    load_codec_decoder(f, codec_decoder);
-    load_codec_encoder(f, codec_encoder);
+    load_codec_decoder(f, talker, code_pred, codec_decoder);
+    load_codec_encoder(f, codec_decoder, codec_encoder);
     check_metadata(f, *this);
     f.check_complete();
 
