@@ -1,6 +1,8 @@
 #include "metadata.h"
 
 #include <cstdint>
+#include <string_view>
+#include <unordered_map>
 
 #include "error.h"
 #include "names.h"
@@ -10,6 +12,7 @@ namespace qtts {
 namespace {
 
 constexpr int kMaxTopK = 1 << 22;
+constexpr int32_t kTokenUnused = 5;  // gguf's token type for an empty slot
 
 // checked against its vocabulary once the networks are read
 int id(const GgufFile & f, const char * key) { return f.count(key, 0, INT32_MAX); }
@@ -28,8 +31,19 @@ void check_tokenizer(const GgufFile & f, int text_vocab) {
         f.key_error(kv::TOKENIZER_TOKENS, format("has %zu tokens, expected 1 to the text vocabulary size %d",
                                                  tokens.size(), text_vocab));
     }
-    if (f.has(kv::TOKENIZER_TOKEN_TYPE) && f.i32_array(kv::TOKENIZER_TOKEN_TYPE).size() != tokens.size()) {
-        f.key_error(kv::TOKENIZER_TOKEN_TYPE, format("differs in length from '%s'", kv::TOKENIZER_TOKENS));
+    std::vector<int32_t> types(tokens.size(), 1);
+    if (f.has(kv::TOKENIZER_TOKEN_TYPE)) {
+        types = f.i32_array(kv::TOKENIZER_TOKEN_TYPE);
+        if (types.size() != tokens.size()) {
+            f.key_error(kv::TOKENIZER_TOKEN_TYPE, format("differs in length from '%s'", kv::TOKENIZER_TOKENS));
+        }
+    }
+    // one id per token string (unused slots aside), or the tokenizer could not map text back to ids
+    std::unordered_map<std::string_view, size_t> seen;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (types[i] == kTokenUnused) continue;
+        auto [it, fresh] = seen.emplace(tokens[i], i);
+        if (!fresh) f.key_error(kv::TOKENIZER_TOKENS, format("holds token %zu twice (also at %zu)", i, it->second));
     }
     if (f.has(kv::TOKENIZER_MERGES)) {
         const std::vector<std::string> merges = f.str_array(kv::TOKENIZER_MERGES);

@@ -258,7 +258,7 @@ def mutant(sources: Sequence[tuple[bytes, Layout]], seed: int, index: int) -> tu
 # --- the worker ---------------------------------------------------------------------------------
 
 def _exercise(path: str) -> str:
-    """Load and, if that works, synthesize a few greedy frames; the outcome as one word."""
+    """Load and, if that works, synthesize a few frames and decode; the outcome as one word."""
     import numpy as np
 
     import qtts
@@ -269,15 +269,17 @@ def _exercise(path: str) -> str:
         if isinstance(e, UnicodeError):
             raise
         return "rejected"
-    kw: dict[str, object] = dict(max_new_tokens=5, do_sample=False, subtalker_dosample=False, seed=0)
     try:
-        if model.variant == "base":
-            noise = np.random.default_rng(0).standard_normal(24000).astype(np.float32) * 0.1
-            model.synthesize("Hello there.", ref_audio=(noise, 24000), ref_text="Hi.", **kw)
-        elif model.variant == "voice_design":
-            model.synthesize("Hello there.", instruct="A calm voice.", **kw)
-        else:
-            model.synthesize("Hello there.", speaker=model.speakers[0] if model.speakers else None, **kw)
+        # greedy, then sampled with the file's own generation defaults
+        for kw in (dict(max_new_tokens=5, do_sample=False, subtalker_dosample=False, seed=0),
+                   dict(max_new_tokens=3, seed=0)):
+            if model.variant == "base":
+                noise = np.random.default_rng(0).standard_normal(24000).astype(np.float32) * 0.1
+                model.synthesize("Hello there.", ref_audio=(noise, 24000), ref_text="Hi.", **kw)
+            elif model.variant == "voice_design":
+                model.synthesize("Hello there.", instruct="A calm voice.", **kw)
+            else:
+                model.synthesize("Hello there.", speaker=model.speakers[0] if model.speakers else None, **kw)
         codes = np.zeros((3, model.num_code_groups), dtype=np.int32)
         model.decode(codes)
     except (ValueError, OSError) as e:

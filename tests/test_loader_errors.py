@@ -265,6 +265,14 @@ def test_merge_not_a_pair_is_refused(gguf_dir: Path, tmp_path: Path) -> None:
         qtts.load(bad)
 
 
+def test_duplicate_token_is_refused(gguf_dir: Path, tmp_path: Path) -> None:
+    tokens = corrupt.read(gguf_dir / f"{CV}.gguf").kv[KV.TOKENIZER_TOKENS][0]
+    bad = corrupt.with_kv(gguf_dir / f"{CV}.gguf", tmp_path / "bad.gguf", KV.TOKENIZER_TOKENS,
+                          [*tokens[:9], tokens[4], *tokens[10:]])
+    with pytest.raises(ValueError, match=all_of(str(bad), f"'{KV.TOKENIZER_TOKENS}' holds token 9 twice (also at 4)")):
+        qtts.load(bad)
+
+
 # the negative epsilon of the issue, end to end: refused by `qtts-cli info` and by synthesis
 @pytest.mark.parametrize("value", [-1e-6, NAN, -INF])
 def test_cli_info_refuses_bad_epsilon(gguf_dir: Path, tmp_path: Path, value: float) -> None:
