@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,8 +56,6 @@ def test_fuzz_finds_no_crash(sources: list[Path], tmp_path: Path) -> None:
 ])
 def test_fuzz_reports_a_failure(sources: list[Path], tmp_path: Path, script: str, outcome: str) -> None:
     # the harness itself: a dead, silent or misbehaving worker fails the run and keeps the mutant
-    import sys
-
     report = fuzz_gguf.fuzz(sources, 2, seed=0, save_dir=tmp_path / "failures", timeout=2,
                             worker_cmd=[sys.executable, "-c", script])
     assert report.counts[outcome] == 2, report.summary()
