@@ -1,5 +1,6 @@
 // Python bindings (qtts._core). The GIL is released while ggml computes.
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <thread>
 
@@ -258,7 +259,10 @@ PYBIND11_MODULE(_core, mod) {
         try {
             if (p) std::rethrow_exception(p);
         } catch (const Error & e) {
-            PyErr_SetString(PyExc_ValueError, e.what());
+            // messages quote names from the file, which a corrupt file can make invalid UTF-8
+            PyObject * msg = PyUnicode_DecodeUTF8(e.what(), static_cast<Py_ssize_t>(std::strlen(e.what())), "replace");
+            PyErr_SetObject(PyExc_ValueError, msg);
+            Py_XDECREF(msg);
         }
     });
 

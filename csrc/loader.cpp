@@ -3,6 +3,7 @@
 #include "ggml-alloc.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -58,6 +59,49 @@ std::string shape_str(const int64_t * ne, int n) {
     return s + "]";
 }
 
+// Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), as Python decodes it:
+// every string of the file reaches Python, where an invalid one would end in UnicodeDecodeError.
+static bool valid_utf8(const char * s) {
+    const auto * p = reinterpret_cast<const unsigned char *>(s);
+    while (*p) {
+        const unsigned c = *p;
+        int n = 0;
+        unsigned lo = 0x80, hi = 0xBF;
+        if (c < 0x80) {
+            ++p;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            n = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 2;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 3;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else {
+            return false;
+        }
+        ++p;
+        for (int i = 0; i < n; ++i, ++p) {
+            if (*p < lo || *p > hi) return false;
+            lo = 0x80;
+            hi = 0xBF;
+        }
+    }
+    return true;
+}
+
+// A name for a message: bytes outside printable ASCII as \xNN.
+static std::string escaped(const char * s) {
+    std::string out;
+    for (const auto * p = reinterpret_cast<const unsigned char *>(s); *p; ++p) {
+        out += *p >= 0x20 && *p < 0x7F ? std::string(1, static_cast<char>(*p)) : format("\\x%02x", *p);
+    }
+    return out;
+}
+
 static int n_dims_of(const int64_t * ne) {
     int n = GGML_MAX_DIMS;
     while (n > 1 && ne[n - 1] == 1) --n;
@@ -90,6 +134,7 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
         std::string why = errors.text();
         fail("%s: corrupt or truncated GGUF header%s%s", path.c_str(), why.empty() ? "" : ": ", why.c_str());
     }
+    check_strings();
     int64_t arch = gguf_find_key(gguf_, "general.architecture");
     if (arch < 0) fail("%s: no general.architecture key: not a qtts model", path.c_str());
     if (gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING) {
@@ -99,6 +144,32 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
     std::string name = gguf_get_val_str(gguf_, arch);
     if (name != "qwen3-tts") {
         fail("%s: architecture is '%s', expected 'qwen3-tts'", path.c_str(), name.c_str());
+    }
+}
+
+void GgufFile::check_strings() const {
+    for (int64_t i = 0; i < gguf_get_n_kv(gguf_); ++i) {
+        const char * key = gguf_get_key(gguf_, i);
+        if (!valid_utf8(key)) {
+            fail("%s: metadata key '%s' has a name that is not valid UTF-8", path_.c_str(), escaped(key).c_str());
+        }
+        const enum gguf_type t = gguf_get_kv_type(gguf_, i);
+        if (t == GGUF_TYPE_STRING && !valid_utf8(gguf_get_val_str(gguf_, i))) {
+            fail("%s: metadata key '%s' holds a string that is not valid UTF-8", path_.c_str(), key);
+        }
+        if (t == GGUF_TYPE_ARRAY && gguf_get_arr_type(gguf_, i) == GGUF_TYPE_STRING) {
+            for (size_t j = 0, n = gguf_get_arr_n(gguf_, i); j < n; ++j) {
+                if (!valid_utf8(gguf_get_arr_str(gguf_, i, j))) {
+                    fail("%s: metadata key '%s' element %zu is not valid UTF-8", path_.c_str(), key, j);
+                }
+            }
+        }
+    }
+    for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) {
+        if (!valid_utf8(gguf_get_tensor_name(gguf_, i))) {
+            fail("%s: tensor '%s' has a name that is not valid UTF-8", path_.c_str(),
+                 escaped(gguf_get_tensor_name(gguf_, i)).c_str());
+        }
     }
 }
 
@@ -160,6 +231,37 @@ std::vector<std::string> GgufFile::str_array(const char * key) const {
     out.reserve(n);
     for (size_t i = 0; i < n; ++i) out.emplace_back(gguf_get_arr_str(gguf_, id, i));
     return out;
+}
+
+void GgufFile::key_error(const char * key, const std::string & problem) const {
+    fail("%s: metadata key '%s' %s", path_.c_str(), key, problem.c_str());
+}
+
+int GgufFile::count(const char * key, int lo, int hi) const {
+    const uint32_t v = u32(key);
+    if (v < static_cast<uint32_t>(lo) || v > static_cast<uint32_t>(hi)) {
+        key_error(key, format("= %u is outside [%d, %d]", v, lo, hi));
+    }
+    return static_cast<int>(v);
+}
+
+float GgufFile::real(const char * key, float lo, float hi, bool closed) const {
+    const float v = f32(key);
+    if (!std::isfinite(v)) key_error(key, format("= %g is not a finite number", v));
+    const bool ok = closed ? v >= lo && v <= hi : v > lo && v < hi;
+    if (!ok) key_error(key, format("= %g is outside %c%g, %g%c", v, closed ? '[' : '(', lo, hi, closed ? ']' : ')'));
+    return v;
+}
+
+std::vector<int> GgufFile::counts(const char * key, size_t n_lo, size_t n_hi, int lo, int hi) const {
+    const std::vector<int32_t> v = i32_array(key);
+    if (v.size() < n_lo || v.size() > n_hi) {
+        key_error(key, format("has %zu elements, expected %zu to %zu", v.size(), n_lo, n_hi));
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < lo || v[i] > hi) key_error(key, format("element %zu = %d is outside [%d, %d]", i, v[i], lo, hi));
+    }
+    return std::vector<int>(v.begin(), v.end());
 }
 
 static bool type_allowed(ggml_type t, WeightKind kind) {

@@ -43,6 +43,15 @@ public:
     std::vector<int32_t> i32_array(const char * key) const;
     std::vector<std::string> str_array(const char * key) const;
 
+    // Range-checked reads for hyper-parameters: a value outside the bounds is refused naming the
+    // file and key, before a graph can size an allocation or reach a ggml assert with it.
+    int count(const char * key, int lo, int hi) const;
+    // a finite float in (lo, hi) (or [lo, hi] where closed is true)
+    float real(const char * key, float lo, float hi, bool closed = false) const;
+    // an integer array of n_lo..n_hi elements, each in [lo, hi]
+    std::vector<int> counts(const char * key, size_t n_lo, size_t n_hi, int lo, int hi) const;
+    [[noreturn]] void key_error(const char * key, const std::string & problem) const;
+
     // Look up a weight and check its shape (ggml order: ne0 = contiguous) and type.
     ggml_tensor * tensor(const std::string & name, std::initializer_list<int64_t> ne, WeightKind kind,
                          bool required = true);
@@ -58,6 +67,7 @@ public:
 
 private:
     int64_t key_id(const char * key, enum gguf_type want) const;
+    void check_strings() const;
 
     std::string path_;
     uint64_t file_size_ = 0;

@@ -5,6 +5,7 @@
 
 #include "error.h"
 #include "loader.h"
+#include "metadata.h"
 #include "names.h"
 
 namespace qtts {
@@ -13,21 +14,33 @@ namespace {
 
 std::string key(const char * pattern, const char * prefix) { return format(pattern, prefix); }
 
+// Bounds on hyper-parameters: well above every released checkpoint, low enough that no value
+// can size a giant allocation or overflow the int arithmetic of the graphs.
+constexpr int kMaxWidth = 1 << 16, kMaxVocab = 1 << 22, kMaxLayers = 1024, kMaxHeads = 1024, kMaxKernel = 64;
+constexpr int kMaxGroups = 64, kMaxRate = 192000, kMinRate = 8000;
+
 TransformerHParams read_transformer(const GgufFile & f, const char * prefix, bool has_context) {
     TransformerHParams hp;
-    hp.n_embd = static_cast<int>(f.u32(key(kv::T_EMBEDDING_LENGTH, prefix).c_str()));
-    hp.n_ff = static_cast<int>(f.u32(key(kv::T_FEED_FORWARD_LENGTH, prefix).c_str()));
-    hp.n_layer = static_cast<int>(f.u32(key(kv::T_BLOCK_COUNT, prefix).c_str()));
-    hp.n_head = static_cast<int>(f.u32(key(kv::T_HEAD_COUNT, prefix).c_str()));
-    hp.n_head_kv = static_cast<int>(f.u32(key(kv::T_HEAD_COUNT_KV, prefix).c_str()));
-    hp.head_dim = static_cast<int>(f.u32(key(kv::T_KEY_LENGTH, prefix).c_str()));
-    hp.eps = f.f32(key(kv::T_NORM_EPS, prefix).c_str());
-    hp.rope_base = f.f32(key(kv::T_ROPE_FREQ_BASE, prefix).c_str());
-    if (has_context) hp.n_ctx = static_cast<int>(f.u32(key(kv::T_CONTEXT_LENGTH, prefix).c_str()));
-    if (hp.n_embd <= 0 || hp.n_ff <= 0 || hp.n_layer <= 0 || hp.n_head <= 0 || hp.n_head_kv <= 0 ||
-        hp.head_dim <= 0 || hp.n_head % hp.n_head_kv != 0 || hp.head_dim % 2 != 0) {
-        fail("%s: inconsistent transformer hyper-parameters under '%s'", f.path().c_str(), prefix);
+    const std::string heads = key(kv::T_HEAD_COUNT, prefix), kv_heads = key(kv::T_HEAD_COUNT_KV, prefix);
+    const std::string head_dim = key(kv::T_KEY_LENGTH, prefix);
+    hp.n_embd = f.count(key(kv::T_EMBEDDING_LENGTH, prefix).c_str(), 1, kMaxWidth);
+    hp.n_ff = f.count(key(kv::T_FEED_FORWARD_LENGTH, prefix).c_str(), 1, 4 * kMaxWidth);
+    hp.n_layer = f.count(key(kv::T_BLOCK_COUNT, prefix).c_str(), 1, kMaxLayers);
+    hp.n_head = f.count(heads.c_str(), 1, kMaxHeads);
+    hp.n_head_kv = f.count(kv_heads.c_str(), 1, kMaxHeads);
+    // grouped-query attention broadcasts each KV head over a whole group of query heads
+    if (hp.n_head % hp.n_head_kv != 0) {
+        f.key_error(kv_heads.c_str(), format("= %d does not divide '%s' = %d", hp.n_head_kv, heads.c_str(), hp.n_head));
     }
+    hp.head_dim = f.count(head_dim.c_str(), 2, 4096);
+    // NEOX rope rotates pairs of dimensions
+    if (hp.head_dim % 2 != 0) f.key_error(head_dim.c_str(), format("= %d is odd (rope needs pairs)", hp.head_dim));
+    if (int64_t(hp.n_head) * hp.head_dim > 4 * kMaxWidth) {
+        f.key_error(head_dim.c_str(), format("= %d times %d heads is too wide", hp.head_dim, hp.n_head));
+    }
+    hp.eps = f.real(key(kv::T_NORM_EPS, prefix).c_str(), 0.0f, 1.0f);
+    hp.rope_base = f.real(key(kv::T_ROPE_FREQ_BASE, prefix).c_str(), 0.0f, 1e12f);
+    if (has_context) hp.n_ctx = f.count(key(kv::T_CONTEXT_LENGTH, prefix).c_str(), 1, 1 << 24);
     return hp;
 }
 
@@ -39,14 +52,6 @@ int64_t product(const std::vector<int> & v) {
         if (p > INT32_MAX) return -1;
     }
     return p;
-}
-
-std::vector<int> positive_ints(const GgufFile & f, const char * k) {
-    std::vector<int32_t> v = f.i32_array(k);
-    for (int32_t x : v) {
-        if (x <= 0) fail("%s: metadata key '%s' must hold positive integers", f.path().c_str(), k);
-    }
-    return std::vector<int>(v.begin(), v.end());
 }
 
 // conv-GEMM weights: k taps of `in` channels into n outputs, stored as panels [P, in, k, n/P]
@@ -97,12 +102,18 @@ std::vector<LayerWeights> load_layers(GgufFile & f, const char * net, const Tran
 
 void load_talker(GgufFile & f, TalkerWeights & t) {
     t.hp = read_transformer(f, kv::P_TALKER, true);
-    t.text_vocab = static_cast<int>(f.u32(kv::TALKER_TEXT_VOCAB_SIZE));
-    t.text_embd = static_cast<int>(f.u32(kv::TALKER_TEXT_EMBEDDING_LENGTH));
-    t.codec_vocab = static_cast<int>(f.u32(kv::TALKER_CODEC_VOCAB_SIZE));
-    t.n_code_groups = static_cast<int>(f.u32(kv::TALKER_NUM_CODE_GROUPS));
-    t.mrope_section = positive_ints(f, kv::TALKER_MROPE_SECTION);
-    if (t.n_code_groups < 2) fail("%s: num_code_groups must be at least 2", f.path().c_str());
+    t.text_vocab = f.count(kv::TALKER_TEXT_VOCAB_SIZE, 1, kMaxVocab);
+    t.text_embd = f.count(kv::TALKER_TEXT_EMBEDDING_LENGTH, 1, kMaxWidth);
+    t.codec_vocab = f.count(kv::TALKER_CODEC_VOCAB_SIZE, 1, kMaxVocab);
+    t.n_code_groups = f.count(kv::TALKER_NUM_CODE_GROUPS, 2, kMaxGroups);
+    // the sections split the rotated pairs among time, height and width: together all of them
+    t.mrope_section = f.counts(kv::TALKER_MROPE_SECTION, 1, 4, 0, t.hp.head_dim / 2);
+    int pairs = 0;
+    for (int x : t.mrope_section) pairs += x;
+    if (pairs != t.hp.head_dim / 2) {
+        f.key_error(kv::TALKER_MROPE_SECTION, format("sums to %d, expected half the head dimension (%d)", pairs,
+                                                     t.hp.head_dim / 2));
+    }
     const int64_t d = t.hp.n_embd, te = t.text_embd;
     t.text_tok = f.tensor(tn::TALKER_TEXT_EMBD, {te, t.text_vocab}, WeightKind::TABLE);
     t.fc1 = f.tensor(tn::TALKER_TEXT_FC1, {te, te}, WeightKind::MATMUL);
@@ -117,7 +128,7 @@ void load_talker(GgufFile & f, TalkerWeights & t) {
 
 void load_code_predictor(GgufFile & f, const TalkerWeights & t, CodePredictorWeights & c) {
     c.hp = read_transformer(f, kv::P_CODE_PRED, true);
-    c.vocab = static_cast<int>(f.u32(kv::CODE_PRED_VOCAB_SIZE));
+    c.vocab = f.count(kv::CODE_PRED_VOCAB_SIZE, 1, kMaxVocab);
     const int64_t d = t.hp.n_embd, dc = c.hp.n_embd;
     c.layers = load_layers(f, tn::CODE_PRED, c.hp, LayerStyle::QWEN3, WeightKind::MATMUL);
     c.output_norm = f.tensor(tn::CODE_PRED_OUTPUT_NORM, {dc}, WeightKind::F32);
@@ -132,25 +143,32 @@ void load_code_predictor(GgufFile & f, const TalkerWeights & t, CodePredictorWei
 }
 
 void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoderWeights & s) {
-    s.embd = static_cast<int>(f.u32(kv::SPK_EMBEDDING_LENGTH));
-    s.mel_dim = static_cast<int>(f.u32(kv::SPK_MEL_DIM));
-    s.channels = positive_ints(f, kv::SPK_CHANNELS);
-    s.kernel_sizes = positive_ints(f, kv::SPK_KERNEL_SIZES);
-    s.dilations = positive_ints(f, kv::SPK_DILATIONS);
-    s.attn_channels = static_cast<int>(f.u32(kv::SPK_ATTENTION_CHANNELS));
-    s.res2net_scale = static_cast<int>(f.u32(kv::SPK_RES2NET_SCALE));
-    s.se_channels = static_cast<int>(f.u32(kv::SPK_SE_CHANNELS));
-    s.sample_rate = static_cast<int>(f.u32(kv::SPK_SAMPLE_RATE));
+    s.embd = f.count(kv::SPK_EMBEDDING_LENGTH, 1, kMaxWidth);
+    if (s.embd != talker_width) {
+        f.key_error(kv::SPK_EMBEDDING_LENGTH, format("= %d differs from the talker width %d", s.embd, talker_width));
+    }
+    s.mel_dim = f.count(kv::SPK_MEL_DIM, 1, 1024);
+    s.channels = f.counts(kv::SPK_CHANNELS, 5, 5, 1, kMaxWidth);
+    s.kernel_sizes = f.counts(kv::SPK_KERNEL_SIZES, 5, 5, 1, kMaxKernel);
+    s.dilations = f.counts(kv::SPK_DILATIONS, 5, 5, 1, kMaxKernel);
+    s.attn_channels = f.count(kv::SPK_ATTENTION_CHANNELS, 1, kMaxWidth);
+    s.res2net_scale = f.count(kv::SPK_RES2NET_SCALE, 2, kMaxGroups);
+    s.se_channels = f.count(kv::SPK_SE_CHANNELS, 1, kMaxWidth);
+    s.sample_rate = f.count(kv::SPK_SAMPLE_RATE, kMinRate, kMaxRate);
     const auto & c = s.channels;
-    if (c.size() != 5 || s.kernel_sizes.size() != 5 || s.dilations.size() != 5 || s.res2net_scale < 2 ||
-        c[4] != c[1] + c[2] + c[3] || s.embd != talker_width) {
-        fail("%s: inconsistent speaker encoder hyper-parameters", f.path().c_str());
+    if (c[4] != c[1] + c[2] + c[3]) f.key_error(kv::SPK_CHANNELS, "must end with the sum of channels 1 to 3");
+    // "same" convolutions pad (k - 1) * d / 2 on each side: an even kernel would shorten the output
+    for (int k : s.kernel_sizes) {
+        if (k % 2 == 0) f.key_error(kv::SPK_KERNEL_SIZES, format("holds the even kernel size %d", k));
     }
     const int64_t mel = s.mel_dim, ks0 = s.kernel_sizes[0];
     s.conv0 = panels(f, tn::SPK_CONV0, ks0, mel, c[0]);
     s.conv0_b = f.tensor(tn::SPK_CONV0_B, {c[0]}, WeightKind::F32);
     for (int b = 1; b <= 3; ++b) {
-        if (c[b] % s.res2net_scale != 0) fail("%s: speaker encoder channels not divisible by scale", f.path().c_str());
+        if (c[b] % s.res2net_scale != 0) {
+            f.key_error(kv::SPK_CHANNELS, format("element %d = %d is not divisible by '%s' = %d", b, c[b],
+                                                 kv::SPK_RES2NET_SCALE, s.res2net_scale));
+        }
         SpeakerEncoderWeights::Block blk;
         const int64_t in = c[b - 1], out = c[b], sub = c[b] / s.res2net_scale, k = s.kernel_sizes[b];
         blk.tdnn1 = panels(f, format(tn::SPK_TDNN1, b), 1, in, out);
@@ -183,24 +201,37 @@ Snake load_snake(GgufFile & f, const std::string & a, const std::string & b, int
     return {f.tensor(a, {ch}, WeightKind::F32), f.tensor(b, {ch}, WeightKind::F32)};
 }
 
-void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
+void load_codec_decoder(GgufFile & f, const TalkerWeights & t, const CodePredictorWeights & cp,
+                        CodecDecoderWeights & c) {
     c.hp = read_transformer(f, kv::P_CODEC_DEC, false);
-    c.codebook_size = static_cast<int>(f.u32(kv::DEC_CODEBOOK_SIZE));
-    c.codebook_dim = static_cast<int>(f.u32(kv::DEC_CODEBOOK_DIM));
-    c.latent_dim = static_cast<int>(f.u32(kv::DEC_LATENT_DIM));
-    c.decoder_dim = static_cast<int>(f.u32(kv::DEC_DECODER_DIM));
-    c.n_quantizers = static_cast<int>(f.u32(kv::DEC_NUM_QUANTIZERS));
-    c.sliding_window = static_cast<int>(f.u32(kv::DEC_SLIDING_WINDOW));
-    c.sample_rate = static_cast<int>(f.u32(kv::DEC_SAMPLE_RATE));
-    c.hop_length = static_cast<int>(f.u32(kv::DEC_HOP_LENGTH));
-    c.upsample_rates = positive_ints(f, kv::DEC_UPSAMPLE_RATES);
-    c.upsampling_ratios = positive_ints(f, kv::DEC_UPSAMPLING_RATIOS);
+    c.codebook_size = f.count(kv::DEC_CODEBOOK_SIZE, 1, kMaxVocab);
+    c.codebook_dim = f.count(kv::DEC_CODEBOOK_DIM, 2, kMaxWidth);
+    if (c.codebook_dim % 2 != 0) f.key_error(kv::DEC_CODEBOOK_DIM, format("= %d is odd", c.codebook_dim));
+    c.latent_dim = f.count(kv::DEC_LATENT_DIM, 1, kMaxWidth);
+    c.decoder_dim = f.count(kv::DEC_DECODER_DIM, 1, kMaxWidth);
+    c.n_quantizers = f.count(kv::DEC_NUM_QUANTIZERS, 2, kMaxGroups);
+    // generated frames come here: one code per group, each from the predictor's vocabulary
+    require_same(f, kv::DEC_NUM_QUANTIZERS, c.n_quantizers, kv::TALKER_NUM_CODE_GROUPS, t.n_code_groups);
+    require_same(f, kv::DEC_CODEBOOK_SIZE, c.codebook_size, kv::CODE_PRED_VOCAB_SIZE, cp.vocab);
+    if (c.codebook_size > t.codec_vocab) {
+        f.key_error(kv::DEC_CODEBOOK_SIZE, format("= %d exceeds '%s' = %d", c.codebook_size,
+                                                  kv::TALKER_CODEC_VOCAB_SIZE, t.codec_vocab));
+    }
+    c.sliding_window = f.count(kv::DEC_SLIDING_WINDOW, 1, 1 << 20);
+    c.sample_rate = f.count(kv::DEC_SAMPLE_RATE, kMinRate, kMaxRate);
+    c.upsample_rates = f.counts(kv::DEC_UPSAMPLE_RATES, 1, 8, 1, kMaxKernel);
+    c.upsampling_ratios = f.counts(kv::DEC_UPSAMPLING_RATIOS, 0, 8, 1, kMaxKernel);
+    c.hop_length = f.count(kv::DEC_HOP_LENGTH, 1, 1 << 16);
     const int64_t r1 = product(c.upsample_rates), r2 = product(c.upsampling_ratios);
-    const int64_t hop = r1 < 0 || r2 < 0 ? -1 : r1 * r2;
+    if (r1 < 0 || r2 < 0 || r1 * r2 != c.hop_length) {
+        f.key_error(kv::DEC_HOP_LENGTH, format("= %d is not the product of '%s' and '%s'", c.hop_length,
+                                               kv::DEC_UPSAMPLE_RATES, kv::DEC_UPSAMPLING_RATIOS));
+    }
     const int n_voc = static_cast<int>(c.upsample_rates.size());
-    if (c.codebook_dim % 2 != 0 || c.n_quantizers < 2 || hop != c.hop_length || n_voc > 16 ||
-        c.decoder_dim % (1 << n_voc) != 0) {
-        fail("%s: inconsistent codec decoder hyper-parameters", f.path().c_str());
+    // each vocoder block halves the channels
+    if (c.decoder_dim % (1 << n_voc) != 0) {
+        f.key_error(kv::DEC_DECODER_DIM, format("= %d is not divisible by 2^%d (one halving per upsample rate)",
+                                                c.decoder_dim, n_voc));
     }
     const int64_t half = c.codebook_dim / 2, cd = c.codebook_dim, lat = c.latent_dim, h = c.hp.n_embd;
     for (int g = 0; g < c.n_quantizers; ++g) {
@@ -260,24 +291,32 @@ void load_codec_decoder(GgufFile & f, CodecDecoderWeights & c) {
     c.out_conv_b = f.tensor(tn::DEC_OUT_CONV_B, {1}, WeightKind::F32);
 }
 
-void load_codec_encoder(GgufFile & f, CodecEncoderWeights & e) {
+void load_codec_encoder(GgufFile & f, const CodecDecoderWeights & dec, CodecEncoderWeights & e) {
     e.hp = read_transformer(f, kv::P_CODEC_ENC, false);
-    e.n_filters = static_cast<int>(f.u32(kv::ENC_NUM_FILTERS));
-    e.kernel_size = static_cast<int>(f.u32(kv::ENC_KERNEL_SIZE));
-    e.last_kernel_size = static_cast<int>(f.u32(kv::ENC_LAST_KERNEL_SIZE));
-    e.residual_kernel_size = static_cast<int>(f.u32(kv::ENC_RESIDUAL_KERNEL_SIZE));
-    e.dilation_growth_rate = static_cast<int>(f.u32(kv::ENC_DILATION_GROWTH_RATE));
-    e.compress = static_cast<int>(f.u32(kv::ENC_COMPRESS));
-    e.codebook_size = static_cast<int>(f.u32(kv::ENC_CODEBOOK_SIZE));
-    e.codebook_dim = static_cast<int>(f.u32(kv::ENC_CODEBOOK_DIM));
-    e.n_quantizers = static_cast<int>(f.u32(kv::ENC_NUM_QUANTIZERS));
-    e.sample_rate = static_cast<int>(f.u32(kv::ENC_SAMPLE_RATE));
-    e.hop_length = static_cast<int>(f.u32(kv::ENC_HOP_LENGTH));
-    std::vector<int> ups = positive_ints(f, kv::ENC_UPSAMPLING_RATIOS);
+    e.n_filters = f.count(kv::ENC_NUM_FILTERS, 1, 4096);
+    e.kernel_size = f.count(kv::ENC_KERNEL_SIZE, 1, kMaxKernel);
+    e.last_kernel_size = f.count(kv::ENC_LAST_KERNEL_SIZE, 1, kMaxKernel);
+    e.residual_kernel_size = f.count(kv::ENC_RESIDUAL_KERNEL_SIZE, 1, kMaxKernel);
+    e.dilation_growth_rate = f.count(kv::ENC_DILATION_GROWTH_RATE, 1, 16);
+    // the residual blocks narrow the channels by this factor: at least one must remain
+    e.compress = f.count(kv::ENC_COMPRESS, 1, e.n_filters);
+    e.codebook_size = f.count(kv::ENC_CODEBOOK_SIZE, 1, kMaxVocab);
+    e.codebook_dim = f.count(kv::ENC_CODEBOOK_DIM, 1, kMaxWidth);
+    e.n_quantizers = f.count(kv::ENC_NUM_QUANTIZERS, 2, kMaxGroups);
+    e.sample_rate = f.count(kv::ENC_SAMPLE_RATE, kMinRate, kMaxRate);
+    e.hop_length = f.count(kv::ENC_HOP_LENGTH, 1, 1 << 16);
+    // encoded reference frames go back into the talker and the decoder as generated ones do
+    require_same(f, kv::ENC_NUM_QUANTIZERS, e.n_quantizers, kv::DEC_NUM_QUANTIZERS, dec.n_quantizers);
+    require_same(f, kv::ENC_CODEBOOK_SIZE, e.codebook_size, kv::DEC_CODEBOOK_SIZE, dec.codebook_size);
+    require_same(f, kv::ENC_SAMPLE_RATE, e.sample_rate, kv::DEC_SAMPLE_RATE, dec.sample_rate);
+    require_same(f, kv::ENC_HOP_LENGTH, e.hop_length, kv::DEC_HOP_LENGTH, dec.hop_length);
+    // the channels double per ratio: at most 8 ratios keep n_filters << 8 within the width bound
+    std::vector<int> ups = f.counts(kv::ENC_UPSAMPLING_RATIOS, 1, 8, 1, kMaxKernel);
     e.ratios.assign(ups.rbegin(), ups.rend());
     const int64_t prod = product(e.ratios);
-    if (e.compress <= 0 || e.n_quantizers < 2 || prod <= 0 || e.hop_length % prod != 0) {
-        fail("%s: inconsistent codec encoder hyper-parameters", f.path().c_str());
+    if (prod <= 0 || e.hop_length % prod != 0) {
+        f.key_error(kv::ENC_HOP_LENGTH, format("= %d is not a multiple of the product of '%s'", e.hop_length,
+                                               kv::ENC_UPSAMPLING_RATIOS));
     }
     e.down_stride = static_cast<int>(e.hop_length / prod);
     // SEANet: conv, then per ratio [residual, ELU, strided conv], then ELU and the last conv.
@@ -371,36 +410,7 @@ Model::Model(const std::string & path_, const std::string & device_name) : path(
     if (variant != "base" && variant != "custom_voice" && variant != "voice_design") {
         fail("%s: unknown variant '%s'", path.c_str(), variant.c_str());
     }
-    text_ids = {static_cast<int>(f.u32(kv::TEXT_IM_START_ID)), static_cast<int>(f.u32(kv::TEXT_IM_END_ID)),
-                static_cast<int>(f.u32(kv::TEXT_PAD_ID)), static_cast<int>(f.u32(kv::TEXT_BOS_ID)),
-                static_cast<int>(f.u32(kv::TEXT_EOS_ID))};
-    codec_ids = {static_cast<int>(f.u32(kv::CODEC_PAD_ID)), static_cast<int>(f.u32(kv::CODEC_BOS_ID)),
-                 static_cast<int>(f.u32(kv::CODEC_EOS_ID)), static_cast<int>(f.u32(kv::CODEC_THINK_ID)),
-                 static_cast<int>(f.u32(kv::CODEC_NOTHINK_ID)), static_cast<int>(f.u32(kv::CODEC_THINK_BOS_ID)),
-                 static_cast<int>(f.u32(kv::CODEC_THINK_EOS_ID))};
-    gen.do_sample = f.boolean(kv::GEN_DO_SAMPLE);
-    gen.temperature = f.f32(kv::GEN_TEMPERATURE);
-    gen.top_k = static_cast<int>(f.u32(kv::GEN_TOP_K));
-    gen.top_p = f.f32(kv::GEN_TOP_P);
-    gen.repetition_penalty = f.f32(kv::GEN_REPETITION_PENALTY);
-    gen.sub_do_sample = f.boolean(kv::GEN_SUB_DO_SAMPLE);
-    gen.sub_temperature = f.f32(kv::GEN_SUB_TEMPERATURE);
-    gen.sub_top_k = static_cast<int>(f.u32(kv::GEN_SUB_TOP_K));
-    gen.sub_top_p = f.f32(kv::GEN_SUB_TOP_P);
-    gen.max_new_tokens = static_cast<int>(f.u32(kv::GEN_MAX_NEW_TOKENS));
-
-    std::vector<std::string> lang_names = f.str_array(kv::LANGUAGE_NAMES);
-    std::vector<int32_t> lang_ids = f.i32_array(kv::LANGUAGE_IDS);
-    if (lang_names.size() != lang_ids.size()) fail("%s: language names and ids differ in length", path.c_str());
-    for (size_t i = 0; i < lang_names.size(); ++i) languages[lang_names[i]] = lang_ids[i];
-    if (f.has(kv::SPEAKER_NAMES)) {
-        std::vector<std::string> names = f.str_array(kv::SPEAKER_NAMES), dialects = f.str_array(kv::SPEAKER_DIALECTS);
-        std::vector<int32_t> ids = f.i32_array(kv::SPEAKER_IDS);
-        if (names.size() != ids.size() || names.size() != dialects.size()) {
-            fail("%s: speaker names, ids and dialects differ in length", path.c_str());
-        }
-        for (size_t i = 0; i < names.size(); ++i) speakers.push_back({names[i], dialects[i], ids[i]});
-    }
+    read_metadata(f, *this);
 
     load_talker(f, talker);
     load_code_predictor(f, talker, code_pred);
@@ -408,36 +418,9 @@ Model::Model(const std::string & path_, const std::string & device_name) : path(
         speaker_encoder = std::make_unique<SpeakerEncoderWeights>();
         load_speaker_encoder(f, talker.hp.n_embd, *speaker_encoder);
     }
-    load_codec_decoder(f, codec_decoder);
-    load_codec_encoder(f, codec_encoder);
-    struct IdKey { const char * key; int id; int vocab; const char * table; };
-    const IdKey ids[] = {
-        {kv::TEXT_IM_START_ID, text_ids.im_start, talker.text_vocab, "text"},
-        {kv::TEXT_IM_END_ID, text_ids.im_end, talker.text_vocab, "text"},
-        {kv::TEXT_PAD_ID, text_ids.pad, talker.text_vocab, "text"},
-        {kv::TEXT_BOS_ID, text_ids.bos, talker.text_vocab, "text"},
-        {kv::TEXT_EOS_ID, text_ids.eos, talker.text_vocab, "text"},
-        {kv::CODEC_PAD_ID, codec_ids.pad, talker.codec_vocab, "codec"},
-        {kv::CODEC_BOS_ID, codec_ids.bos, talker.codec_vocab, "codec"},
-        {kv::CODEC_EOS_ID, codec_ids.eos, talker.codec_vocab, "codec"},
-        {kv::CODEC_THINK_ID, codec_ids.think, talker.codec_vocab, "codec"},
-        {kv::CODEC_NOTHINK_ID, codec_ids.nothink, talker.codec_vocab, "codec"},
-        {kv::CODEC_THINK_BOS_ID, codec_ids.think_bos, talker.codec_vocab, "codec"},
-        {kv::CODEC_THINK_EOS_ID, codec_ids.think_eos, talker.codec_vocab, "codec"},
-    };
-    // special token ids index embedding tables, where ggml's get_rows asserts: reject them here
-    for (const IdKey & k : ids) {
-        if (k.id < 0 || k.id >= k.vocab) {
-            fail("%s: metadata key '%s' = %d is outside the %s vocabulary [0, %d)", path.c_str(), k.key, k.id, k.table,
-                 k.vocab);
-        }
-    }
-    for (const auto & kvp : languages) {
-        if (kvp.second < 0 || kvp.second >= talker.codec_vocab) fail("%s: language id out of range", path.c_str());
-    }
-    for (const Speaker & s : speakers) {
-        if (s.id < 0 || s.id >= talker.codec_vocab) fail("%s: speaker id out of range", path.c_str());
-    }
+    load_codec_decoder(f, talker, code_pred, codec_decoder);
+    load_codec_encoder(f, codec_decoder, codec_encoder);
+    check_metadata(f, *this);
     f.check_complete();
 
     device = select_device(device_name);

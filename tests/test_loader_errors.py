@@ -70,11 +70,11 @@ CASES: dict[str, tuple[str, Make, list[str]]] = {
     "unknown-variant": (CV, kv(KV.VARIANT, "foo"), ["unknown variant 'foo'"]),
     "more-blocks-than-tensors": (CV, kv(BLOCKS, 3), [f"tensor '{TN.L_ATTN_NORM % (TN.TALKER, 2)}' is missing"]),
     # a huge count must not size an allocation (bad_alloc) before the tensors are checked
-    "huge-block-count": (CV, kv(BLOCKS, 2**31 - 1), [f"tensor '{TN.L_ATTN_NORM % (TN.TALKER, 2)}' is missing"]),
+    "huge-block-count": (CV, kv(BLOCKS, 2**31 - 1), [f"metadata key '{BLOCKS}' = 2147483647 is outside [1, 1024]"]),
     "zero-kv-heads": (CV, kv(KV.T_HEAD_COUNT_KV % KV.P_TALKER, 0),
-                      ["inconsistent transformer hyper-parameters", KV.P_TALKER]),
+                      [f"metadata key '{KV.T_HEAD_COUNT_KV % KV.P_TALKER}' = 0 is outside"]),
     "overflowing-rates": (CV, kv(KV.DEC_UPSAMPLE_RATES, [2**30, 2**30, 8, 8]),
-                          ["inconsistent codec decoder hyper-parameters"]),
+                          [f"metadata key '{KV.DEC_UPSAMPLE_RATES}' element 0 = 1073741824 is outside"]),
     # special ids index embedding tables: out of range they would crash generation later
     "codec-id-out-of-range": (CV, kv(KV.CODEC_PAD_ID, 10**9),
                               [f"'{KV.CODEC_PAD_ID}' = 1000000000 is outside the codec vocabulary"]),
@@ -199,3 +199,150 @@ def test_too_short_file(tmp_path: Path, content: bytes, problem: str) -> None:
             load(path)
     r = cli_info(path)
     assert r.returncode == 1 and str(path) in r.stderr and problem in r.stderr and "Traceback" not in r.stderr
+
+
+# --- hyper-parameters: every bad value refused at load, naming the file and the key ---------------
+
+NETS = (KV.P_TALKER, KV.P_CODE_PRED, KV.P_CODEC_DEC, KV.P_CODEC_ENC)
+NAN, INF = float("nan"), float("inf")
+# (key, bad value, source); each value once made synthesize abort in ggml or size a giant allocation,
+# or would put an id outside its table
+BAD_VALUES: list[tuple[str, object, str]] = [
+    *[(KV.T_NORM_EPS % net, v, CV) for net in NETS for v in (-1e-6, 0.0, NAN, -INF, INF, 1.0)],
+    *[(KV.T_ROPE_FREQ_BASE % net, v, CV) for net in NETS for v in (-10000.0, 0.0, NAN, INF)],
+    *[(KV.T_HEAD_COUNT % net, v, CV) for net in NETS for v in (0, 2**31 - 1)],
+    *[(KV.T_EMBEDDING_LENGTH % net, v, CV) for net in NETS for v in (0, 2**31 - 1)],
+    *[(KV.T_FEED_FORWARD_LENGTH % net, 0, CV) for net in NETS],
+    *[(KV.T_KEY_LENGTH % net, v, CV) for net in NETS for v in (0, 15, 2**30)],
+    *[(KV.T_CONTEXT_LENGTH % net, v, CV) for net in (KV.P_TALKER, KV.P_CODE_PRED) for v in (0, 2**31 - 1)],
+    (KV.T_HEAD_COUNT_KV % KV.P_CODEC_DEC, 3, CV),  # does not divide 2 heads
+    (KV.TALKER_TEXT_VOCAB_SIZE, 0, CV), (KV.TALKER_TEXT_VOCAB_SIZE, 2**31 - 1, CV),
+    (KV.TALKER_CODEC_VOCAB_SIZE, 0, CV), (KV.TALKER_NUM_CODE_GROUPS, 1, CV), (KV.TALKER_NUM_CODE_GROUPS, 10**6, CV),
+    (KV.TALKER_MROPE_SECTION, [4, 2, 3], CV), (KV.TALKER_MROPE_SECTION, [2**31 - 1, 1, 1], CV),
+    (KV.CODE_PRED_VOCAB_SIZE, 0, CV), (KV.CODE_PRED_VOCAB_SIZE, 2**30, CV),
+    (KV.DEC_SAMPLE_RATE, 1, CV), (KV.DEC_SAMPLE_RATE, 2**31 - 1, CV), (KV.ENC_SAMPLE_RATE, 16000, CV),
+    (KV.DEC_HOP_LENGTH, 1919, CV), (KV.ENC_HOP_LENGTH, 960, CV), (KV.DEC_UPSAMPLE_RATES, [8, 5, 4, 0], CV),
+    (KV.DEC_HOP_LENGTH, 3840, CV), (KV.DEC_NUM_QUANTIZERS, 8, CV), (KV.ENC_NUM_QUANTIZERS, 8, CV),
+    (KV.DEC_CODEBOOK_DIM, 15, CV), (KV.DEC_CODEBOOK_SIZE, 1024, CV), (KV.DEC_SLIDING_WINDOW, 0, CV),
+    (KV.DEC_DECODER_DIM, 40, CV), (KV.ENC_COMPRESS, 0, CV), (KV.ENC_COMPRESS, 64, CV),
+    (KV.ENC_KERNEL_SIZE, 0, CV), (KV.ENC_UPSAMPLING_RATIOS, [8, 6, 5, 4] * 3, CV), (KV.ENC_NUM_FILTERS, 10**6, CV),
+    (KV.SPK_SAMPLE_RATE, 16000, BASE), (KV.SPK_KERNEL_SIZES, [5, 3, 4, 3, 1], BASE),
+    (KV.SPK_DILATIONS, [1, 2, 3, 2**20, 1], BASE), (KV.SPK_RES2NET_SCALE, 1, BASE), (KV.SPK_MEL_DIM, 10**6, BASE),
+    (KV.SPK_CHANNELS, [16, 16, 16, 16, 47], BASE),
+    (KV.GEN_TEMPERATURE, 0.0, CV), (KV.GEN_TEMPERATURE, NAN, CV), (KV.GEN_SUB_TEMPERATURE, -INF, CV),
+    (KV.GEN_TOP_P, 0.0, CV), (KV.GEN_TOP_P, 1.5, CV), (KV.GEN_SUB_TOP_P, NAN, CV),
+    (KV.GEN_REPETITION_PENALTY, -1.0, CV), (KV.GEN_REPETITION_PENALTY, INF, CV),
+    (KV.GEN_TOP_K, 2**31 - 1, CV), (KV.GEN_SUB_TOP_K, 2**31, CV),
+    (KV.GEN_MAX_NEW_TOKENS, 0, CV), (KV.GEN_MAX_NEW_TOKENS, 3 * 10**9, CV),
+    (KV.CODEC_EOS_ID, 3072, CV), (KV.CODEC_THINK_ID, 2**31, CV), (KV.TEXT_IM_START_ID, 512, CV),
+    (KV.LANGUAGE_IDS, [2055, 2050, 2061, 2053, 2070, 2058, 2064, 2071, 2069, 10**6], CV),
+    (KV.LANGUAGE_IDS, [2055], CV), (KV.SPEAKER_IDS, [2878, 3061, 3072], CV),
+    (KV.TOKENIZER_TOKEN_TYPE, [1, 1, 1], CV),
+]
+
+
+def _bad_value_id(case: tuple[str, object, str]) -> str:
+    key, value, _ = case
+    return f"{key.removeprefix('qwen3-tts.')}={str(value)[:24]}"
+
+
+@pytest.mark.parametrize("case", BAD_VALUES, ids=[_bad_value_id(c) for c in BAD_VALUES])
+def test_bad_hyper_parameter_is_refused(gguf_dir: Path, tmp_path: Path, case: tuple[str, object, str]) -> None:
+    key, value, source = case
+    bad = corrupt.with_kv(gguf_dir / f"{source}.gguf", tmp_path / "bad.gguf", key, value)
+    pattern = all_of(str(bad), f"metadata key '{key}'")
+    with pytest.raises(ValueError, match=pattern):
+        qtts._core.Model(str(bad), "cpu")
+    with pytest.raises(ValueError, match=pattern):
+        qtts.inspect(bad)
+
+
+def test_merge_not_a_pair_is_refused(gguf_dir: Path, tmp_path: Path) -> None:
+    merges = corrupt.read(gguf_dir / f"{CV}.gguf").kv[KV.TOKENIZER_MERGES][0]
+    bad = corrupt.with_kv(gguf_dir / f"{CV}.gguf", tmp_path / "bad.gguf", KV.TOKENIZER_MERGES,
+                          [*merges[:3], b"abc", *merges[4:]])
+    with pytest.raises(ValueError, match=all_of(str(bad), f"'{KV.TOKENIZER_MERGES}' element 3", "'a b'")):
+        qtts.load(bad)
+
+
+def test_duplicate_token_is_refused(gguf_dir: Path, tmp_path: Path) -> None:
+    tokens = corrupt.read(gguf_dir / f"{CV}.gguf").kv[KV.TOKENIZER_TOKENS][0]
+    bad = corrupt.with_kv(gguf_dir / f"{CV}.gguf", tmp_path / "bad.gguf", KV.TOKENIZER_TOKENS,
+                          [*tokens[:9], tokens[4], *tokens[10:]])
+    with pytest.raises(ValueError, match=all_of(str(bad), f"'{KV.TOKENIZER_TOKENS}' holds token 9 twice (also at 4)")):
+        qtts.load(bad)
+
+
+# the negative epsilon of the issue, end to end: refused by `qtts-cli info` and by synthesis
+@pytest.mark.parametrize("value", [-1e-6, NAN, -INF])
+def test_cli_info_refuses_bad_epsilon(gguf_dir: Path, tmp_path: Path, value: float) -> None:
+    bad = corrupt.with_kv(gguf_dir / f"{CV}.gguf", tmp_path / "eps.gguf", EPS, value)
+    r = cli_info(bad)
+    assert r.returncode == 1, f"rc={r.returncode} (negative: killed by a signal)\n{r.stderr}"
+    assert r.stderr.startswith(f"qtts-cli: error: {bad}: metadata key '{EPS}' = "), r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    r = subprocess.run([sys.executable, "-m", "qtts.cli", "-m", str(bad), "--speaker", "ryan", "-p", "Hi.",
+                        "-o", str(tmp_path / "out.wav"), "--max-new-tokens", "3", "-t", "1"],
+                       check=False, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and f"metadata key '{EPS}'" in r.stderr, f"rc={r.returncode}\n{r.stderr}"
+    assert not (tmp_path / "out.wav").exists()
+
+
+# --- strings: invalid UTF-8 anywhere is an error naming the file and key -------------------------
+
+def _patched(src: Path, dst: Path, old: bytes, new: bytes) -> Path:
+    data = src.read_bytes()
+    assert len(old) == len(new) and data.count(old) >= 1
+    dst.write_bytes(data.replace(old, new, 1))
+    return dst
+
+
+UTF8_CASES: dict[str, tuple[str, Make, str]] = {
+    "token": (CV, lambda s, d: _patched(s, d, b"<|im_start|>", b"<|im_st\xffrt|>"),
+              f"metadata key '{KV.TOKENIZER_TOKENS}' element "),
+    "merge": (CV, lambda s, d: corrupt.with_kv(s, d, KV.TOKENIZER_MERGES, [b"a \xc0\x80"]),
+              f"metadata key '{KV.TOKENIZER_MERGES}' element 0 is not valid UTF-8"),
+    "speaker": (CV, lambda s, d: corrupt.with_kv(s, d, KV.SPEAKER_NAMES, [b"dylan", b"ry\xedan", b"vivian"]),
+                f"metadata key '{KV.SPEAKER_NAMES}' element 1 is not valid UTF-8"),
+    "dialect": (CV, lambda s, d: corrupt.with_kv(s, d, KV.SPEAKER_DIALECTS, [b"beijing\xe2\x82", b"", b""]),
+                f"metadata key '{KV.SPEAKER_DIALECTS}' element 0 is not valid UTF-8"),
+    "language": (BASE, lambda s, d: _patched(s, d, b"english", b"engl\xedsh"),
+                 f"metadata key '{KV.LANGUAGE_NAMES}' element "),
+    "surrogate": (CV, lambda s, d: corrupt.with_kv(s, d, KV.MODEL_NAME, b"tiny \xed\xa0\x80"),
+                  f"metadata key '{KV.MODEL_NAME}' holds a string that is not valid UTF-8"),
+    "variant": (CV, lambda s, d: corrupt.with_kv(s, d, KV.VARIANT, b"custom\xff"),
+                f"metadata key '{KV.VARIANT}' holds a string that is not valid UTF-8"),
+    "key-name": (CV, lambda s, d: _patched(s, d, KV.SOURCE.encode(), KV.SOURCE.encode()[:-1] + b"\xff"),
+                 f"metadata key '{KV.SOURCE[:-1]}\\xff' has a name that is not valid UTF-8"),
+    "tensor-name": (CV, lambda s, d: _patched(s, d, TN.TALKER_OUTPUT_NORM.encode(),
+                                              TN.TALKER_OUTPUT_NORM.encode()[:-1] + b"\x80"),
+                    f"tensor '{TN.TALKER_OUTPUT_NORM[:-1]}\\x80' has a name that is not valid UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", list(UTF8_CASES))
+def test_invalid_utf8_names_file_and_key(gguf_dir: Path, tmp_path: Path, case: str) -> None:
+    source, make, message = UTF8_CASES[case]
+    bad = make(gguf_dir / f"{source}.gguf", tmp_path / f"{case}.gguf")
+    pattern = all_of(str(bad), message)
+    for load in (lambda p: qtts._core.Model(str(p), "cpu"), qtts.load, qtts.inspect,
+                 lambda p: qtts._core.read_tokenizer(str(p))):
+        with pytest.raises(ValueError, match=pattern) as e:
+            load(bad)
+        assert not isinstance(e.value, UnicodeError)
+    r = cli_info(bad)
+    assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("case", ["merge", "speaker", "key-name", "tensor-name"])
+def test_invalid_utf8_in_python_reader(gguf_dir: Path, tmp_path: Path, case: str) -> None:
+    from qtts.gguf_meta import read_fields
+    from qtts.quantize import quantize
+
+    source, make, _ = UTF8_CASES[case]
+    bad = make(gguf_dir / f"{source}.gguf", tmp_path / f"{case}.gguf")
+    for read in (read_fields, lambda p: quantize(p, tmp_path / "q.gguf", "q8_0")):
+        with pytest.raises(ValueError, match=all_of(str(bad), "not valid UTF-8")) as e:
+            read(bad)
+        assert not isinstance(e.value, UnicodeError)
+    assert not (tmp_path / "q.gguf").exists()
