@@ -45,13 +45,16 @@ TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n, int
     if (talker_cache_.n_ctx() < std::max(n, n_ctx)) talker_cache_.reserve(backend_, t.hp, std::max(n, n_ctx));
     // Chunks of prefill_chunk_ positions, each attending to the cache so far: the attention
     // scores of a chunk are [n_past + chunk, chunk, heads], linear in the prompt rather than
-    // quadratic, and every row is the same dot products and softmax as in one graph.
+    // quadratic. Each row is the same dot products and softmax over the keys it sees as in one
+    // graph (equal to rounding: masked keys no longer pad the rows).
     const size_t d = static_cast<size_t>(t.hp.n_embd);
     ggml_cgraph * gf = nullptr;
     for (int n_past = 0; n_past < n; n_past += prefill_chunk_) {
         const int c = std::min(prefill_chunk_, n - n_past);
         const std::vector<int32_t> pos = positions(n_past, c);
-        gf = run([&](ggml_context * ctx, ggml_cgraph * g) { return build_talker_prefill(ctx, g, t, talker_cache_, n_past, c); },
+        gf = run([&](ggml_context * ctx, ggml_cgraph * g) {
+                     return build_talker_prefill(ctx, g, t, talker_cache_, n_past, c);
+                 },
                  [&](ggml_cgraph * g) {
                      set_input(g, kTalkerEmbd, embd.data() + n_past * d, c * d * sizeof(float));
                      set_input(g, kTalkerPos, pos.data(), pos.size() * sizeof(int32_t));
