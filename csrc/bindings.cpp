@@ -529,6 +529,8 @@ PYBIND11_MODULE(_core, mod) {
              py::arg("codes"), py::arg("text"), py::arg("n_past"),
              "Debug: one decode step after talker_prefill; (logits, normed hidden state).")
         .def("memory", &Session::memory, "Bytes held now: kv_cache, compute_buffers.")
+        .def_property("prefill_chunk", &Session::prefill_chunk, &Session::set_prefill_chunk,
+                      "Prompt positions per talker prefill graph.")
         .def("set_profiling", &Session::set_profiling, py::arg("on"),
              "Per-op timing (graphs then run node by node); read it with profile().")
         .def("profile", &Session::profile, "Milliseconds per op name since profiling was enabled.")

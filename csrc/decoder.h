@@ -21,11 +21,12 @@ public:
     void reserve(ggml_backend_t backend, const TransformerHParams & hp, int n_ctx);
     int n_ctx() const { return n_ctx_; }
     size_t bytes() const { return buf_ ? ggml_backend_buffer_get_size(buf_) : 0; }
+    // Free the buffer; the next reserve allocates anew.
+    void release();
 
     std::vector<ggml_tensor *> k, v;
 
 private:
-    void release();
     ggml_context * ctx_ = nullptr;
     ggml_backend_buffer_t buf_ = nullptr;
     int n_ctx_ = 0, n_layer_ = 0, width_ = 0;

@@ -43,12 +43,23 @@ TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n, int
         fail("talker prefill: expected [%d, %d] embeddings, got %zu values", n, t.hp.n_embd, embd.size());
     }
     if (talker_cache_.n_ctx() < std::max(n, n_ctx)) talker_cache_.reserve(backend_, t.hp, std::max(n, n_ctx));
-    const std::vector<int32_t> pos = positions(0, n);
-    ggml_cgraph * gf = run([&](ggml_context * ctx, ggml_cgraph * g) { return build_talker_prefill(ctx, g, t, talker_cache_, n); },
-                           [&](ggml_cgraph * g) {
-                               set_input(g, kTalkerEmbd, embd.data(), embd.size() * sizeof(float));
-                               set_input(g, kTalkerPos, pos.data(), pos.size() * sizeof(int32_t));
-                           });
+    // Chunks of prefill_chunk_ positions, each attending to the cache so far: the attention
+    // scores of a chunk are [n_past + chunk, chunk, heads], linear in the prompt rather than
+    // quadratic. Each row is the same dot products and softmax over the keys it sees as in one
+    // graph (equal to rounding: masked keys no longer pad the rows).
+    const size_t d = static_cast<size_t>(t.hp.n_embd);
+    ggml_cgraph * gf = nullptr;
+    for (int n_past = 0; n_past < n; n_past += prefill_chunk_) {
+        const int c = std::min(prefill_chunk_, n - n_past);
+        const std::vector<int32_t> pos = positions(n_past, c);
+        gf = run([&](ggml_context * ctx, ggml_cgraph * g) {
+                     return build_talker_prefill(ctx, g, t, talker_cache_, n_past, c);
+                 },
+                 [&](ggml_cgraph * g) {
+                     set_input(g, kTalkerEmbd, embd.data() + n_past * d, c * d * sizeof(float));
+                     set_input(g, kTalkerPos, pos.data(), pos.size() * sizeof(int32_t));
+                 });
+    }
     return talker_output(gf);
 }
 
@@ -106,6 +117,7 @@ void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, co
     if (m.codec_ids.eos < 0 || m.codec_ids.eos >= m.talker.codec_vocab) {
         fail("codec EOS id %d is outside the codec vocabulary", m.codec_ids.eos);
     }
+    if (gen_ && gen_->total.stop_reason.empty()) end_generation(*gen_);  // abandoned, as a closed stream
     gen_.reset();
     auto g = std::make_unique<GenerationState>();
     g->p = p;
@@ -169,10 +181,19 @@ GenerateResult Session::generate_next(int max_frames, const std::function<bool()
         g.need_step = true;
     }
     chunk.stop_reason = g.total.stop_reason;
+    if (!chunk.stop_reason.empty()) end_generation(g);
     chunk.prefill_ms = g.total.prefill_ms;
     chunk.talker_ms = g.total.talker_ms;
     chunk.predictor_ms = g.total.predictor_ms;
     return chunk;
+}
+
+void Session::end_generation(const GenerationState & g) {
+    if (g.n_prompt + g.total.frames > kSteadyContext) {
+        release_buffers();
+    } else if (talker_cache_.n_ctx() > kSteadyContext) {
+        talker_cache_.release();  // reserved for a frame budget that this generation did not use
+    }
 }
 
 GenerateResult Session::generate(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,

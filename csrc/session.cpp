@@ -20,18 +20,14 @@ Session::Session(std::shared_ptr<const Model> model, int n_threads) : model_(std
     if (n_threads < 1) fail("n_threads must be at least 1, got %d", n_threads);
     backend_ = ggml_backend_dev_init(model_->device, nullptr);
     if (!backend_) fail("could not initialise device %s", ggml_backend_dev_name(model_->device));
-    std::vector<ggml_backend_t> backends = {backend_};
     if (ggml_backend_is_cpu(backend_)) {
         cpu_ = backend_;
     } else {
         cpu_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
         if (!cpu_) fail("could not initialise the CPU backend");
-        backends.push_back(cpu_);
     }
     set_cpu_threads(cpu_, n_threads_, &threadpool_);
-    sched_ = ggml_backend_sched_new(backends.data(), nullptr, static_cast<int>(backends.size()), kMaxNodes,
-                                    /*parallel=*/false, /*op_offload=*/true);
-    if (!sched_) fail("could not create the backend scheduler");
+    make_sched();
     graph_meta_.resize(ggml_tensor_overhead() * kMaxNodes + ggml_graph_overhead_custom(kMaxNodes, false));
 }
 
@@ -43,6 +39,31 @@ Session::~Session() {
     if (threadpool_) ggml_threadpool_free(threadpool_);
 }
 
+void Session::make_sched() {
+    std::vector<ggml_backend_t> backends = {backend_};
+    if (cpu_ != backend_) backends.push_back(cpu_);
+    sched_ = ggml_backend_sched_new(backends.data(), nullptr, static_cast<int>(backends.size()), kMaxNodes,
+                                    /*parallel=*/false, /*op_offload=*/true);
+    if (!sched_) fail("could not create the backend scheduler");
+    if (profiling_) ggml_backend_sched_set_eval_callback(sched_, &Session::profile_node, this);
+}
+
+// The scheduler's buffers only ever grow to the largest graph seen: recreating it is the way
+// to hand them back.
+void Session::release_buffers() {
+    talker_cache_.release();
+    if (graph_ctx_) ggml_free(graph_ctx_);
+    graph_ctx_ = nullptr;
+    ggml_backend_sched_free(sched_);
+    sched_ = nullptr;
+    make_sched();
+}
+
+void Session::set_prefill_chunk(int n) {
+    if (n < 1) fail("prefill_chunk must be at least 1, got %d", n);
+    prefill_chunk_ = n;
+}
+
 std::map<std::string, size_t> Session::memory() const {
     size_t compute = ggml_backend_sched_get_buffer_size(sched_, backend_);
     if (cpu_ != backend_) compute += ggml_backend_sched_get_buffer_size(sched_, cpu_);
@@ -51,6 +72,7 @@ std::map<std::string, size_t> Session::memory() const {
 
 void Session::set_profiling(bool on) {
     profile_.clear();
+    profiling_ = on;
     ggml_backend_sched_set_eval_callback(sched_, on ? &Session::profile_node : nullptr, this);
 }
 

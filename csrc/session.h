@@ -20,6 +20,13 @@
 
 namespace qtts {
 
+// Prompt positions per talker prefill graph (Session::talker_prefill).
+inline constexpr int kPrefillChunk = 256;
+// A generation whose context (prompt and frames) went past this many positions gives its KV cache
+// and the compute buffers back when it ends; ordinary requests (a sentence-sized piece, a voice
+// clone's prompt) stay below it and keep them for the next call.
+inline constexpr int kSteadyContext = 2048;
+
 // An F32 graph tensor (an output or an input) copied to the host.
 std::vector<float> read_tensor(ggml_cgraph * gf, const char * name);
 // The graph's last node, the one run() marked as its output.
@@ -87,6 +94,12 @@ public:
 
     // Bytes held now: the talker and predictor KV caches, the scheduler's compute buffers.
     std::map<std::string, size_t> memory() const;
+    // Free the compute buffers and the talker's KV cache; later graphs allocate what they need.
+    void release_buffers();
+
+    // Prompt positions per prefill graph: a smaller chunk bounds the attention scores tighter.
+    int prefill_chunk() const { return prefill_chunk_; }
+    void set_prefill_chunk(int n);
 
     // Per-op time accounting for performance work: while enabled, graphs run node by node (slower
     // overall) and each node's time is added to its op name ("MUL_MAT", "CUSTOM", ...), in ms.
@@ -94,9 +107,15 @@ public:
     std::map<std::string, double> profile() const { return profile_; }
 
 private:
+    void make_sched();
+    // A generation stopped (or was abandoned): give back what an outsized one grew.
+    void end_generation(const GenerationState & g);
+
     static bool profile_node(ggml_tensor * t, bool ask, void * self);
     std::map<std::string, double> profile_;
     std::chrono::steady_clock::time_point profile_t0_;
+    bool profiling_ = false;
+    int prefill_chunk_ = kPrefillChunk;
 
     // Build a graph with `build`, allocate it, let `set_inputs` fill the inputs, compute.
     ggml_cgraph * run(const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,

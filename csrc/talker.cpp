@@ -26,9 +26,9 @@ ggml_tensor * talker_body(ggml_context * ctx, ggml_cgraph * gf, const TalkerWeig
 }  // namespace
 
 ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const TalkerWeights & t,
-                                   const KvCache & cache, int n) {
+                                   const KvCache & cache, int n_past, int n) {
     ggml_tensor * x = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.hp.n_embd, n), kTalkerEmbd);
-    return talker_body(ctx, gf, t, cache, x, 0);
+    return talker_body(ctx, gf, t, cache, x, n_past);
 }
 
 ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & cache,

@@ -19,6 +19,7 @@ from .generation import SETTINGS, GenerationResult, per_frame_timings, resolve_s
 from .generation import frame_budget as frame_budget_for
 from .gguf_meta import read_tokenizer
 from .prompt import build_prompt, resolve_voice
+from .text import SplitSentences
 from .threads import resolve_threads
 from .tokenizer import Tokenizer
 from .voice import Voice, VoiceCache, model_fingerprint
@@ -173,13 +174,17 @@ class Model(QwenTTSCompat):
     def synthesize(self, text: str, *, speaker: str | None = None, language: str = "auto",
                    instruct: str | None = None, voice: Voice | None = None,
                    ref_audio: cloning.AudioSource | np.ndarray | None = None, ref_text: str | None = None,
-                   x_vector_only_mode: bool = False, seed: int | None = None, split_sentences: bool | int = False,
+                   x_vector_only_mode: bool = False, seed: int | None = None, split_sentences: SplitSentences = "auto",
                    frame_budget: int | str | None = "auto", non_streaming_mode: bool | None = None,
                    **sampling: Any) -> Audio:
         """Speech for `text`, all at once. `sampling` takes the generate_codes settings
         (do_sample, temperature, top_k, top_p, repetition_penalty, subtalker_*, max_new_tokens).
-        split_sentences synthesizes long text sentence by sentence with the same voice (pieces of
-        up to 200 characters, or as many as an integer gives), joined with a short pause.
+        Long text is synthesized sentence by sentence with the same voice, the pieces joined with a
+        short pause: split_sentences="auto" (the default, as the CLI) splits text over
+        SPLIT_ABOVE_CHARS (200) characters into pieces of at most that many, cutting at sentence
+        ends, then clause marks, then spaces, then anywhere; True splits any text so, an integer
+        sets the piece length; False keeps the text whole (one prompt, however long: its prefill
+        time grows with the square of its length).
 
         Base models clone a voice: pass voice= (create_voice), or ref_audio= with ref_text= (ICL)
         or x_vector_only_mode=True, as generate_voice_clone takes them."""
@@ -191,12 +196,13 @@ class Model(QwenTTSCompat):
     def stream(self, text: str, *, speaker: str | None = None, language: str = "auto",
                instruct: str | None = None, voice: Voice | None = None,
                ref_audio: cloning.AudioSource | np.ndarray | None = None, ref_text: str | None = None,
-               x_vector_only_mode: bool = False, seed: int | None = None, split_sentences: bool | int = False,
+               x_vector_only_mode: bool = False, seed: int | None = None, split_sentences: SplitSentences = "auto",
                frame_budget: int | str | None = "auto", non_streaming_mode: bool | None = None,
                first_chunk_frames: int = 1, max_chunk_frames: int = 8, timings: Timings | None = None,
                **sampling: Any) -> Iterator[AudioChunk]:
         """AudioChunks as they are generated (the first after one frame). Closing the iterator
-        stops the generation; the concatenated chunks equal synthesize()'s samples. Pass a
+        stops the generation; the concatenated chunks equal synthesize()'s samples (long text is
+        split as there, split_sentences="auto" by default). Pass a
         Timings to have it filled in (time to first audio included) as the stream runs."""
         req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
                             non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
@@ -215,7 +221,7 @@ class Model(QwenTTSCompat):
         return chunks()
 
     def _request(self, text: str, speaker: str | None, language: str, instruct: str | None, seed: int | None,
-                 split_sentences: bool | int, frame_budget: int | str | None, non_streaming_mode: bool | None,
+                 split_sentences: SplitSentences, frame_budget: int | str | None, non_streaming_mode: bool | None,
                  sampling: dict[str, Any], voice: Voice | None, ref_audio: Any, ref_text: str | None,
                  x_vector_only_mode: bool) -> speech.Request:
         unknown = set(sampling) - set(SETTINGS)

@@ -18,7 +18,7 @@ from .cloning import CloneTimings
 from .generation import frame_budget, resolve_settings
 from .prompt import Conditioning, Prompt, build_prompt, resolve_voice
 from .voice import Voice
-from .text import split_text
+from .text import SplitSentences, text_pieces
 
 if TYPE_CHECKING:
     from .model import Model
@@ -39,17 +39,12 @@ class Request:
 
 def make_request(model: Model, text: str, *, language: str, speaker: str | None, instruct: str | None,
                  seed: int | None, non_streaming_mode: bool | None, frame_budget: int | str | None,
-                 split_sentences: bool | int, settings: dict[str, Any], voice: Voice | None = None) -> Request:
+                 split_sentences: SplitSentences, settings: dict[str, Any], voice: Voice | None = None) -> Request:
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text is empty")
     cond = resolve_voice(model, language=language, speaker=speaker, instruct=instruct, voice=voice)
     s = resolve_settings(model.generation_defaults, settings, seed)
-    if split_sentences is True:
-        pieces = split_text(text)
-    elif split_sentences:
-        pieces = split_text(text, max_chars=int(split_sentences))
-    else:
-        pieces = [text]
+    pieces = text_pieces(text, split_sentences)
     if non_streaming_mode is None:  # the reference's defaults: generate_voice_clone streams text
         non_streaming_mode = model.variant != "base"
     return Request(pieces, cond, s, non_streaming_mode, frame_budget)

@@ -1,20 +1,45 @@
 """Splitting long text into sentence-sized pieces that are synthesized one after another.
 
 The talker was trained on utterances, not chapters: long inputs drift in pace and are more
-likely to lose their EOS (peers.md §6). Sentence ends include CJK punctuation, which needs no
-following space.
+likely to lose their EOS (peers.md §6), and a prompt's prefill time grows with the square of its
+length. Sentence ends include CJK punctuation, which needs no following space.
 """
 from __future__ import annotations
 
 import re
+from typing import Literal
+
+# Texts longer than this are synthesized in pieces of at most this many characters, by default
+# in the API (split_sentences="auto") and at the command line (unless --no-split).
+SPLIT_ABOVE_CHARS = 200
+
+SplitSentences = bool | int | Literal["auto"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;…])\s+|(?<=[。！？；])|\n+")
 _CLAUSE_END = re.compile(r"(?<=[,:，、：])\s*")
 
 
-def split_text(text: str, max_chars: int = 200) -> list[str]:
+def text_pieces(text: str, split_sentences: SplitSentences) -> list[str]:
+    """The pieces a request synthesizes: "auto" splits text over SPLIT_ABOVE_CHARS characters
+    into pieces of at most that many, True splits any text so, an integer sets the piece length,
+    False (or 0) keeps the text whole however long."""
+    if split_sentences == "auto":
+        return split_text(text) if len(text) > SPLIT_ABOVE_CHARS else [text]
+    if isinstance(split_sentences, bool):
+        return split_text(text) if split_sentences else [text]
+    if isinstance(split_sentences, str):
+        raise ValueError(f"split_sentences must be 'auto', a bool or an int, got {split_sentences!r}")
+    if not isinstance(split_sentences, int):
+        raise TypeError(f"split_sentences must be 'auto', a bool or an int, got {split_sentences!r}")
+    if split_sentences < 0:
+        raise ValueError(f"split_sentences must be 'auto', a bool or a non-negative int, got {split_sentences}")
+    return split_text(text, max_chars=split_sentences) if split_sentences else [text]
+
+
+def split_text(text: str, max_chars: int = SPLIT_ABOVE_CHARS) -> list[str]:
     """Sentences merged greedily up to max_chars; longer sentences split at clause marks, then
-    at spaces. Empty pieces are dropped; the text's characters are kept otherwise."""
+    at spaces, and text without either at max_chars. Empty pieces are dropped; the text's
+    characters are kept otherwise."""
     if max_chars < 1:
         raise ValueError(f"max_chars must be positive, got {max_chars}")
     pieces: list[str] = []
