@@ -147,3 +147,19 @@ def test_convert_prints_a_summary_not_every_tensor(fixture_root: Path, tmp_path:
     assert r.returncode == 0 and r.stderr.decode().count("[1/") == 1 and len(r.stderr.decode().splitlines()) > 50
     rc, shown = _cli_tty_stderr("convert", src, "-o", str(tmp_path / "c.gguf"))
     assert rc == 0 and "tensor" in shown and "[1/" not in shown and "wrote" in shown, shown
+
+
+def test_voice_create_shows_the_encoders_on_a_terminal(gguf_dir: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    sf = pytest.importorskip("soundfile")
+    monkeypatch.setenv("QTTS_CACHE", str(tmp_path / "cache"))
+    clip = tmp_path / "ref.wav"
+    sf.write(str(clip), (0.3 * np.sin(np.arange(24000) * 0.04)).astype(np.float32), 24000)
+    create = ("voice", "create", "-m", str(gguf_dir / "tiny_base-f32.gguf"), "--ref-audio", str(clip),
+              "--x-vector-only", "-t", "1")
+    rc, shown = _cli_tty_stderr(*create, "-o", str(tmp_path / "a.qvoice"))
+    assert rc == 0 and "encoding the reference clip (speaker embedding, codec)" in shown and "wrote" in shown, shown
+    rc, shown = _cli_tty_stderr(*create, "-o", str(tmp_path / "b.qvoice"), "-q")
+    assert rc == 0 and shown == "", shown
+    r = _cli(*create, "-o", str(tmp_path / "c.qvoice"))
+    assert r.returncode == 0 and b"encoding" not in r.stderr, r.stderr

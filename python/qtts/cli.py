@@ -8,18 +8,20 @@ once into a voice file (`voice create ... -o me.qvoice`) that `speak --voice me.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import io
 import json
 import os
-import re
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .cli_args import CliError, UsageError, decode_text, frame_budget
+from .cli_args import seed as seed_arg, setting as setting_arg, threads as threads_arg, utf8
+from .cli_progress import add_log_flags, busy, generation_bar, tensor_log
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
     from .cloning import CloneTimings
@@ -30,115 +32,10 @@ AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
 SPLIT_ABOVE_CHARS = 200  # longer inputs are synthesized sentence by sentence unless --no-split
 
 
-class CliError(Exception):
-    """A user error: printed as `qtts-cli: error: ...`, exit status 1."""
-
-
-class UsageError(CliError):
-    """Bad input named by its flag, found after argparse (text that is not UTF-8): exit status 2."""
-
-
-def _checked(kind: type, check: Callable[[Any], Any]) -> Callable[[str], Any]:
-    """An argparse type: parse as int or float, then the library's own check, so that a bad value
-    is a usage error (exit 2) naming the flag before any of it reaches C++."""
-    def convert(value: str) -> Any:
-        try:
-            parsed = kind(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
-                                             f"got {value!r}") from None
-        try:
-            return check(parsed)
-        except (TypeError, ValueError) as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    convert.__name__ = "integer" if kind is int else "number"
-    return convert
-
-
-def _setting(name: str) -> Callable[[str], Any]:
-    from .generation import check_setting
-
-    kind = int if name.endswith(("top_k", "new_tokens")) else float
-    return _checked(kind, lambda v: check_setting(name, v))
-
-
-def _seed(value: str) -> int:
-    from .generation import check_seed
-
-    return _checked(int, check_seed)(value)  # type: ignore[no-any-return]
-
-
-def _threads(value: str) -> int:
-    from .generation import check_int
-
-    return _checked(int, lambda v: check_int("threads", v, 1, 1024))(value)  # type: ignore[no-any-return]
-
-
-def _utf8(value: str) -> str:
-    """Text from argv: Python hands invalid UTF-8 over as lone surrogates (surrogateescape)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise argparse.ArgumentTypeError(_bad_utf8(value.encode("utf-8", "surrogateescape"), e.start)) from None
-    return value
-
-
-def _bad_utf8(data: bytes, start: int) -> str:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return f"not valid UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start})"
-    return f"not valid Unicode (a lone surrogate at index {start})"
-
-
-def _decode(data: bytes, where: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{where}: not valid UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start})") from None
-
-
-TENSOR_LINE = re.compile(r"\[(\d+)/(\d+)\] ")  # gguf_write's per-tensor log line
-
-
-def _add_log_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-v", "--verbose", action="store_true", help="print one line per tensor written")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-
-
-@contextlib.contextmanager
-def _tensor_log(args: argparse.Namespace) -> Iterator[Callable[[str], None] | None]:
-    """The writers' log callback: every line with -v, a tqdm bar over the tensors on a terminal,
-    nothing otherwise (the caller prints one summary line)."""
-    if args.quiet:
-        yield None
-    elif args.verbose:
-        yield lambda msg: print(msg, file=sys.stderr)
-    elif not sys.stderr.isatty():
-        yield lambda msg: None if TENSOR_LINE.match(msg) else print(msg, file=sys.stderr)
-    else:
-        from tqdm import tqdm
-
-        bar = tqdm(unit="tensor", file=sys.stderr, desc="writing", dynamic_ncols=True)
-
-        def log(msg: str) -> None:
-            m = TENSOR_LINE.match(msg)
-            if m is None:
-                bar.write(msg, file=sys.stderr)
-                return
-            bar.total = int(m.group(2))
-            bar.update(int(m.group(1)) - bar.n)
-
-        try:
-            yield log
-        finally:
-            bar.close()
-
-
 def _convert(args: argparse.Namespace) -> int:
     from .convert import convert
 
-    with _tensor_log(args) as log:
+    with tensor_log(args) as log:
         out = convert(args.hf_dir, args.output, args.type, log=log)
     if not args.quiet:
         print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
@@ -154,7 +51,7 @@ def _quantize(args: argparse.Namespace) -> int:
     from .quantize import quantize
 
     before = Path(args.input).stat().st_size if Path(args.input).is_file() else 0
-    with _tensor_log(args) as log:
+    with tensor_log(args) as log:
         out = quantize(args.input, args.output, args.type, keep=args.keep, log=log, n_threads=args.threads)
     if not args.quiet:
         after = out.stat().st_size
@@ -172,8 +69,8 @@ def _add_quantize_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep", action="append", default=[], metavar="REGEX=TYPE",
                    help="store the tensors whose name matches REGEX as TYPE instead (repeatable; the last "
                         "match wins), e.g. --keep 'codec_embd=q8_0'")
-    p.add_argument("-t", "--threads", type=_threads, help="quantization threads (default: the physical cores)")
-    _add_log_flags(p)
+    p.add_argument("-t", "--threads", type=threads_arg, help="quantization threads (default: the physical cores)")
+    add_log_flags(p)
     p.set_defaults(func=_quantize)
 
 
@@ -209,27 +106,14 @@ def _list(args: argparse.Namespace) -> int:
 
 # --- speak -------------------------------------------------------------------------------------
 
-def _frame_budget(value: str) -> int | str | None:
-    v = value.strip().lower()
-    if v in ("auto", "none"):
-        return None if v == "none" else "auto"
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or a positive integer, got {value!r}")
-    return n
-
-
 def _read_text(args: argparse.Namespace) -> str:
     if args.prompt is not None:
         return args.prompt
     if args.file is not None and args.file != "-":
-        return _decode(Path(args.file).read_bytes(), f"-f {args.file}")
+        return decode_text(Path(args.file).read_bytes(), f"-f {args.file}")
     if args.file is None and (sys.stdin is None or sys.stdin.isatty()):
         raise CliError("no text: pass -p TEXT, -f FILE or pipe text on stdin")
-    return _decode(sys.stdin.buffer.read(), "stdin")
+    return decode_text(sys.stdin.buffer.read(), "stdin")
 
 
 def _check_output(path: str) -> None:
@@ -313,56 +197,10 @@ def _progress(args: argparse.Namespace) -> bool:
 
 
 def _synth(model: Any, text: str, kw: dict[str, Any], show: bool) -> tuple[Any, str, Any]:
-    """Eager synthesis: (samples, stop_reason, timings), with a progress bar on a terminal (frames
-    against the frame budget, so the ETA is a worst case; audio seconds and real-time speed)."""
-    if not show:
-        audio = model.synthesize(text, **kw)
-        return audio.samples, audio.stop_reason, audio.timings
-    from tqdm import tqdm
-
-    from .speech import Progress
-
-    bar = tqdm(unit="frame", file=sys.stderr, desc="generating", dynamic_ncols=True, leave=False)
-
-    def progress(p: Progress) -> None:
-        bar.total = p.frame_limit
-        bar.n = p.frames
-        speed = p.audio_seconds / p.elapsed_s if p.elapsed_s > 0 else 0.0
-        piece = f", sentence {p.piece + 1}/{p.pieces}" if p.pieces > 1 else ""
-        bar.set_postfix_str(f"{p.audio_seconds:.1f} s audio, {speed:.2f}x real time{piece}")
-
-    try:
+    """Eager synthesis: (samples, stop_reason, timings), with a progress bar on a terminal."""
+    with generation_bar(show) as progress:
         audio = model.synthesize(text, progress=progress, **kw)
-    finally:
-        bar.close()
     return audio.samples, audio.stop_reason, audio.timings
-
-
-@contextlib.contextmanager
-def _busy(desc: str, show: bool) -> Iterator[None]:
-    """Elapsed time on a terminal for a step that reports nothing itself (the reference encoders)."""
-    if not show:
-        yield
-        return
-    import threading
-
-    from tqdm import tqdm
-
-    bar = tqdm(file=sys.stderr, desc=desc, bar_format="{desc}: {elapsed}", leave=False)
-    done = threading.Event()
-
-    def tick() -> None:
-        while not done.wait(0.5):
-            bar.refresh()
-
-    ticker = threading.Thread(target=tick, daemon=True)
-    ticker.start()
-    try:
-        yield
-    finally:
-        done.set()
-        ticker.join()
-        bar.close()
 
 
 def _stream_raw(model: Any, text: str, kw: dict[str, Any], args: argparse.Namespace) -> tuple[None, str, Any]:
@@ -486,7 +324,7 @@ def _clone(model: Any, args: argparse.Namespace) -> tuple[Voice, CloneTimings]:
     from . import cloning
 
     show = not args.quiet and sys.stderr.isatty()
-    with _busy("encoding the reference clip (speaker embedding, codec)", show):
+    with busy("encoding the reference clip (speaker embedding, codec)", show):
         return cloning.create_voice(model, args.ref_audio, args.ref_text, args.x_vector_only, model.voice_cache)
 
 
@@ -510,7 +348,7 @@ def _add_clone_source(g: Any, ref_audio_into: Any, required: bool) -> None:
     ref_audio_into.add_argument("--ref-audio", metavar="WAV", required=required,
                                 help="reference clip of the voice to clone (base models; any format soundfile reads)")
     mode = g.add_mutually_exclusive_group()
-    mode.add_argument("--ref-text", type=_utf8, metavar="TEXT", help="transcript of --ref-audio, for in-context cloning")
+    mode.add_argument("--ref-text", type=utf8, metavar="TEXT", help="transcript of --ref-audio, for in-context cloning")
     mode.add_argument("--x-vector-only", action="store_true",
                       help="clone from the speaker embedding alone (no --ref-text needed; a looser likeness)")
 
@@ -522,7 +360,7 @@ def _add_speak(sub: Any) -> None:
                                    "--ref-text TEXT (or --x-vector-only).")
     s.add_argument("-m", "--model", required=True, help="a qtts .gguf file or a Hugging Face repo id")
     src = s.add_mutually_exclusive_group()
-    src.add_argument("-p", "--prompt", type=_utf8, help="the text to speak")
+    src.add_argument("-p", "--prompt", type=utf8, help="the text to speak")
     src.add_argument("-f", "--file", help="read the text from FILE ('-': stdin)")
     dst = s.add_mutually_exclusive_group()
     dst.add_argument("-o", "--output", default="output.wav",
@@ -531,32 +369,32 @@ def _add_speak(sub: Any) -> None:
     dst.add_argument("--raw", action="store_true",
                      help="stream raw s16le mono PCM to stdout while generating (pipe into ffplay/aplay)")
     v = s.add_argument_group("voice")
-    v.add_argument("--speaker", type=_utf8, help="speaker name (custom_voice models; see `qtts-cli speakers MODEL`)")
-    v.add_argument("--language", type=_utf8, default="auto", help="language (default: auto; see `qtts-cli languages MODEL`)")
-    v.add_argument("--instruct", type=_utf8, help="voice / style instruction (voice_design models, 1.7B custom_voice)")
+    v.add_argument("--speaker", type=utf8, help="speaker name (custom_voice models; see `qtts-cli speakers MODEL`)")
+    v.add_argument("--language", type=utf8, default="auto", help="language (default: auto; see `qtts-cli languages MODEL`)")
+    v.add_argument("--instruct", type=utf8, help="voice / style instruction (voice_design models, 1.7B custom_voice)")
     # one source for a base model's voice: a voice file, or a clip encoded once for every line
     source = v.add_mutually_exclusive_group()
     source.add_argument("--voice", metavar="FILE", help="a cloned voice from `qtts-cli voice create` (base models)")
     _add_clone_source(v, source, required=False)
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
-    g.add_argument("-s", "--seed", type=_seed, help="sampling seed in [0, 2**64) (default: random, reported by --json)")
-    g.add_argument("--temperature", type=_setting("temperature"),
+    g.add_argument("-s", "--seed", type=seed_arg, help="sampling seed in [0, 2**64) (default: random, reported by --json)")
+    g.add_argument("--temperature", type=setting_arg("temperature"),
                    help="talker sampling temperature: lower is steadier, higher more varied (model default 0.9)")
-    g.add_argument("--top-k", type=_setting("top_k"),
+    g.add_argument("--top-k", type=setting_arg("top_k"),
                    help="sample the talker's first codebook from the K most likely codes (0: all)")
-    g.add_argument("--top-p", type=_setting("top_p"),
+    g.add_argument("--top-p", type=setting_arg("top_p"),
                    help="nucleus sampling: the smallest set of codes whose probability reaches P, in (0, 1]")
-    g.add_argument("--repetition-penalty", type=_setting("repetition_penalty"),
+    g.add_argument("--repetition-penalty", type=setting_arg("repetition_penalty"),
                    help="above 1 discourages repeating first-codebook codes (model default 1.05)")
     g.add_argument("--greedy", action="store_true", help="no sampling, talker and code predictor")
-    g.add_argument("--max-new-tokens", type=_setting("max_new_tokens"),
+    g.add_argument("--max-new-tokens", type=setting_arg("max_new_tokens"),
                    help="at most this many frames - 1 (12.5 frames per second; at least 2)")
-    g.add_argument("--frame-budget", type=_frame_budget, default="auto", metavar="N|auto|none",
+    g.add_argument("--frame-budget", type=frame_budget, default="auto", metavar="N|auto|none",
                    help="runaway guard: the most frames per sentence (default: auto, from the text)")
     g.add_argument("--no-split", action="store_true",
                    help=f"do not synthesize inputs over {SPLIT_ABOVE_CHARS} characters sentence by sentence")
     r = s.add_argument_group("runtime and reporting")
-    r.add_argument("-t", "--threads", type=_threads, help="CPU threads (default: the physical cores)")
+    r.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     r.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",
@@ -604,7 +442,7 @@ def _add_voice(sub: Any) -> None:
     c.add_argument("-m", "--model", required=True, help="a qtts base-model .gguf file or a Hugging Face repo id")
     _add_clone_source(c, c, required=True)
     c.add_argument("-o", "--output", required=True, metavar="FILE", help="the voice file to write (e.g. me.qvoice)")
-    c.add_argument("-t", "--threads", type=_threads, help="CPU threads (default: the physical cores)")
+    c.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     c.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
     c.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
@@ -626,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True, help="output .gguf path")
     c.add_argument("--type", default="f32", choices=["f32", "bf16", "q8_0"],
                    help="type of the talker and code-predictor matrices (default: f32)")
-    _add_log_flags(c)
+    add_log_flags(c)
     c.set_defaults(func=_convert)
 
     _add_quantize_arguments(sub.add_parser("quantize", help="change the weight type of a qtts GGUF file",
