@@ -92,6 +92,11 @@ def test_stream_and_load_arguments(cv: qtts.Model, gguf_dir) -> None:
         cv.stream("Hi.", speaker="ryan", first_chunk_frames=1.0)
     with pytest.raises(TypeError, match="text must be a str"):
         cv.generate_codes(None, speaker="ryan")  # type: ignore[arg-type]
+    for text in (None, b"hi", 3):  # the qwen-tts names take a str or a list of them
+        with pytest.raises(TypeError, match="text must be a str"):
+            cv.generate_custom_voice(text, speaker="ryan")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="text must be a str, got bytes"):
+        cv.generate_custom_voice(["ok", b"hi"], speaker="ryan", max_new_tokens=2)  # type: ignore[list-item]
     path = gguf_dir / "tiny_custom_voice-f32.gguf"
     with pytest.raises(TypeError, match="n_threads must be an integer"):
         qtts.Model(path, n_threads=True)

@@ -109,6 +109,7 @@ def test_every_option_has_help() -> None:
     (("--repetition-penalty", "-1"), "--repetition-penalty"),
     (("-s", "18446744073709551616"), "-s/--seed"),
     (("-t", "0"), "-t/--threads"),
+    (("--frame-budget", "3000000000"), "--frame-budget"),
     (("-p", "caf\udce9"), "-p/--prompt"),  # invalid UTF-8 in argv, as Python hands it over
     (("--speaker", "ry\udcffan"), "--speaker"),
 ])

@@ -83,6 +83,6 @@ def frame_budget(value: str) -> int | str | None:
         n = int(v)
     except ValueError:
         n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or a positive integer, got {value!r}")
+    if not 1 <= n <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or an integer in [1, 2**31), got {value!r}")
     return n
