@@ -125,7 +125,8 @@ def test_bad_arguments_are_usage_errors(tmp_path: Path, args: tuple[str, ...], f
 def test_invalid_utf8_text_from_stdin_and_file(cv: str, tmp_path: Path) -> None:
     out = tmp_path / "o.wav"
     r = _cli("-m", cv, "--speaker", "ryan", "-o", str(out), input=b"caf\xe9 au lait")
-    assert r.returncode == 2 and r.stderr.decode() == "qtts-cli: error: stdin: not valid UTF-8 (byte 0xe9 at offset 3)\n"
+    assert r.returncode == 2
+    assert r.stderr.decode() == "qtts-cli: error: stdin: not valid UTF-8 (byte 0xe9 at offset 3)\n"
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok\n\xff\xfe")
     r = _cli("-m", cv, "--speaker", "ryan", "-f", str(bad), "-o", str(out))

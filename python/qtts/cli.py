@@ -370,14 +370,16 @@ def _add_speak(sub: Any) -> None:
                      help="stream raw s16le mono PCM to stdout while generating (pipe into ffplay/aplay)")
     v = s.add_argument_group("voice")
     v.add_argument("--speaker", type=utf8, help="speaker name (custom_voice models; see `qtts-cli speakers MODEL`)")
-    v.add_argument("--language", type=utf8, default="auto", help="language (default: auto; see `qtts-cli languages MODEL`)")
+    v.add_argument("--language", type=utf8, default="auto",
+                   help="language (default: auto; see `qtts-cli languages MODEL`)")
     v.add_argument("--instruct", type=utf8, help="voice / style instruction (voice_design models, 1.7B custom_voice)")
     # one source for a base model's voice: a voice file, or a clip encoded once for every line
     source = v.add_mutually_exclusive_group()
     source.add_argument("--voice", metavar="FILE", help="a cloned voice from `qtts-cli voice create` (base models)")
     _add_clone_source(v, source, required=False)
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
-    g.add_argument("-s", "--seed", type=seed_arg, help="sampling seed in [0, 2**64) (default: random, reported by --json)")
+    g.add_argument("-s", "--seed", type=seed_arg,
+                   help="sampling seed in [0, 2**64) (default: random, reported by --json)")
     g.add_argument("--temperature", type=setting_arg("temperature"),
                    help="talker sampling temperature: lower is steadier, higher more varied (model default 0.9)")
     g.add_argument("--top-k", type=setting_arg("top_k"),

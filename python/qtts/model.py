@@ -15,7 +15,8 @@ from . import speech
 from .audio import Audio, AudioChunk, Timings
 from . import cloning
 from .compat import QwenTTSCompat
-from .generation import SETTINGS, GenerationResult, check_bool, check_int, check_text, per_frame_timings, resolve_settings
+from .generation import SETTINGS, GenerationResult, check_bool, check_int, check_text, per_frame_timings
+from .generation import resolve_settings
 from .generation import frame_budget as frame_budget_for
 from .gguf_meta import read_tokenizer
 from .prompt import build_prompt, resolve_voice

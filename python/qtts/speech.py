@@ -97,7 +97,8 @@ def synthesize(model: Model, req: Request, progress: ProgressCallback | None = N
             codes, reason, raw = model._session.generate(prompt.embeddings, prompt.trailing, settings)
         else:
             def report(n: int, i: int = i, done: int = done, cb: ProgressCallback = progress) -> None:
-                cb(Progress(done + n, limit, i, len(req.pieces), (done + n) / FRAME_RATE, time.perf_counter() - t_start))
+                cb(Progress(done + n, limit, i, len(req.pieces), (done + n) / FRAME_RATE,
+                            time.perf_counter() - t_start))
 
             codes, reason, raw = _generate_stepped(model, prompt, settings, report)
         done += len(codes)
