@@ -50,9 +50,10 @@ QUANTIZE_DESCRIPTION = ("Change the type of the talker and code-predictor weight
 def _quantize(args: argparse.Namespace) -> int:
     from .quantize import quantize
 
+    # every line: each says which type a tensor got and why (fallbacks, --keep)
+    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     before = Path(args.input).stat().st_size if Path(args.input).is_file() else 0
-    with tensor_log(args) as log:
-        out = quantize(args.input, args.output, args.type, keep=args.keep, log=log, n_threads=args.threads)
+    out = quantize(args.input, args.output, args.type, keep=args.keep, log=log, n_threads=args.threads)
     if not args.quiet:
         after = out.stat().st_size
         print(f"wrote {out} ({args.type}): {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB "
@@ -70,7 +71,7 @@ def _add_quantize_arguments(p: argparse.ArgumentParser) -> None:
                    help="store the tensors whose name matches REGEX as TYPE instead (repeatable; the last "
                         "match wins), e.g. --keep 'codec_embd=q8_0'")
     p.add_argument("-t", "--threads", type=threads_arg, help="quantization threads (default: the physical cores)")
-    add_log_flags(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-tensor lines or summary")
     p.set_defaults(func=_quantize)
 
 
