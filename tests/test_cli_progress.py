@@ -165,3 +165,11 @@ def test_voice_create_shows_the_encoders_on_a_terminal(gguf_dir: Path, tmp_path:
     assert rc == 0 and shown == "", shown
     r = _cli(*create, "-o", str(tmp_path / "c.qvoice"))
     assert r.returncode == 0 and b"encoding" not in r.stderr, r.stderr
+
+
+def test_raw_stream_progress_on_a_terminal_only(cv: str) -> None:
+    speak = ("-m", cv, "--speaker", "ryan", "-p", "Hello there.", "--raw", *GREEDY)
+    rc, shown = _cli_tty_stderr(*speak)
+    assert rc == 0 and "generating" in shown and "s audio" in shown and "raw s16le PCM" in shown, shown
+    rc, shown = _cli_tty_stderr(*speak, "-q")
+    assert rc == 0 and shown == "", shown

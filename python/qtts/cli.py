@@ -207,24 +207,22 @@ def _synth(model: Any, text: str, kw: dict[str, Any], show: bool) -> tuple[Any, 
 def _stream_raw(model: Any, text: str, kw: dict[str, Any], args: argparse.Namespace) -> tuple[None, str, Any]:
     """Stream s16le PCM to stdout as it is generated: (None, stop_reason, timings)."""
     from .audio import Timings, pcm16
+    from .speech import Progress
 
     timings, out, frames, n, reason = Timings(), sys.stdout.buffer, 0, 0, "eos"
     t0 = time.perf_counter()
     chunks = model.stream(text, timings=timings, **kw)
-    try:
-        for chunk in chunks:
-            out.write(pcm16(chunk.samples))
-            out.flush()
-            frames, n = frames + len(chunk.codes), n + len(chunk.samples)
-            reason = chunk.stop_reason or reason
-            if _progress(args):
-                secs = n / model.sample_rate
-                rtf = (time.perf_counter() - t0) / secs if secs else 0.0
-                print(f"\r{frames} frames, {secs:.2f} s of audio, RTF {rtf:.2f}", end="", file=sys.stderr)
-    finally:
-        chunks.close()
-        if _progress(args):
-            print(file=sys.stderr)
+    with generation_bar(_progress(args)) as progress:
+        try:
+            for chunk in chunks:
+                out.write(pcm16(chunk.samples))
+                out.flush()
+                frames, n = frames + len(chunk.codes), n + len(chunk.samples)
+                reason = chunk.stop_reason or reason
+                if progress is not None:  # a stream does not know its frame limit: no ETA
+                    progress(Progress(frames, 0, 0, 1, n / model.sample_rate, time.perf_counter() - t0))
+        finally:
+            chunks.close()
     return None, reason, timings
 
 

@@ -78,7 +78,7 @@ def busy(desc: str, show: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def generation_bar(show: bool) -> Iterator[ProgressCallback | None]:
     """A synthesize(progress=...) callback drawing frames against the frame limit (so the ETA is a
-    worst case), seconds of audio and the speed in real time; None when not shown."""
+    worst case; no limit, no ETA), seconds of audio and the speed in real time; None when not shown."""
     if not show:
         yield None
         return
@@ -87,7 +87,7 @@ def generation_bar(show: bool) -> Iterator[ProgressCallback | None]:
     bar = tqdm(unit="frame", file=sys.stderr, desc="generating", dynamic_ncols=True, leave=False)
 
     def progress(p: Progress) -> None:
-        bar.total = p.frame_limit
+        bar.total = p.frame_limit or None
         bar.n = p.frames
         speed = p.audio_seconds / p.elapsed_s if p.elapsed_s > 0 else 0.0
         piece = f", sentence {p.piece + 1}/{p.pieces}" if p.pieces > 1 else ""
