@@ -68,9 +68,12 @@ def test_cli_speaks_from_a_repo_id(fixture_root: Path, tmp_path: Path) -> None:
     env.pop("HF_HUB_CACHE", None)
     cmd = [sys.executable, "-m", "qtts.cli", "-m", repo_id, "--speaker", "ryan", "-p", "Hello from qtts.",
            "--greedy", "--max-new-tokens", "4", "-t", "1"]
-    for name in ("a.wav", "b.wav"):
+    for name, first in (("a.wav", True), ("b.wav", False)):
         r = subprocess.run([*cmd, "-o", str(tmp_path / name)], env=env, capture_output=True, text=True,
                            timeout=300, stdin=subprocess.DEVNULL)
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        # piped: one line says what the first run converts, and no per-tensor lines
+        assert ("converting Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice once to q8_0" in r.stderr) == first, r.stderr
+        assert "[1/" not in r.stderr
     assert (tmp_path / "a.wav").read_bytes() == (tmp_path / "b.wav").read_bytes()
     assert [p.name for p in (tmp_path / "qtts").glob("*.gguf")] == ["Qwen3-TTS-12Hz-0.6B-CustomVoice-q8_0.gguf"]

@@ -82,6 +82,18 @@ def main_quantize(argv: Sequence[str] | None = None) -> int:
     return _run(p.parse_args(sys.argv[1:] if argv is None else argv), "qtts-quantize")
 
 
+def _load(args: argparse.Namespace, **kw: Any) -> Any:
+    """qtts.load, where a repo id's one-time conversion reports like `convert` does."""
+    from . import load
+    from .registry import cache_dir, fetch, is_repo_id
+
+    model = args.model
+    if is_repo_id(model):
+        with tensor_log(argparse.Namespace(quiet=getattr(args, "quiet", False), verbose=False)) as log:
+            model = fetch(model, cache_dir(), "q8_0", log=log)
+    return load(model, **kw)
+
+
 def _info(args: argparse.Namespace) -> int:
     from .inspect import inspect
 
@@ -91,9 +103,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from . import load
-
-    model = load(args.model, device="cpu")
+    model = _load(args, device="cpu")
     names = model.speakers if args.command == "speakers" else model.languages
     if not names and args.command == "speakers":  # said on stderr: stdout stays a clean (empty) list
         why = {"base": "it clones a voice from --ref-audio or --voice",
@@ -270,9 +280,7 @@ def _speak(args: argparse.Namespace) -> int:
 
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
-    from . import load
-
-    model = load(args.model, n_threads=args.threads, device=args.device)
+    model = _load(args, n_threads=args.threads, device=args.device)
     if args.ref_audio is not None:
         voice, clone = _clone(model, args)
     elif voice is None and model.variant == "base":
@@ -412,9 +420,7 @@ def _voice_create(args: argparse.Namespace) -> int:
 
     import soundfile as sf
 
-    from . import load
-
-    model = load(args.model, n_threads=args.threads, device=args.device)
+    model = _load(args, n_threads=args.threads, device=args.device)
     voice, clone = _clone(model, args)
     out = voice.save(args.output)
     seconds = sf.info(args.ref_audio).duration  # create_voice read the file: it is audio
