@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cli_args import CliError, UsageError, decode_text, frame_budget
 from .cli_args import seed as seed_arg, setting as setting_arg, threads as threads_arg, utf8
-from .cli_progress import add_log_flags, busy, generation_bar, tensor_log
+from .cli_progress import busy, generation_bar, tensor_log
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
     from .cloning import CloneTimings
@@ -471,8 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True, help="output .gguf path")
     c.add_argument("--type", default="f32", choices=["f32", "bf16", "q8_0"],
                    help="type of the talker and code-predictor matrices (default: f32)")
-    add_log_flags(c)
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     c.set_defaults(func=_convert)
+    c.add_argument("-v", "--verbose", action="store_true", help="print one line per tensor written")
 
     _add_quantize_arguments(sub.add_parser("quantize", help="change the weight type of a qtts GGUF file",
                                            description=QUANTIZE_DESCRIPTION))

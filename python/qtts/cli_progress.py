@@ -16,11 +16,6 @@ if TYPE_CHECKING:
 TENSOR_LINE = re.compile(r"\[(\d+)/(\d+)\] ")  # gguf_write's per-tensor log line
 
 
-def add_log_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-v", "--verbose", action="store_true", help="print one line per tensor written")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-
-
 @contextlib.contextmanager
 def tensor_log(args: argparse.Namespace) -> Iterator[Callable[[str], None] | None]:
     """The writers' log callback: every line with -v, a tqdm bar over the tensors on a terminal,
