@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import qtts
+from qtts.generation import MAX_NEW_TOKENS
 from qtts.prompt import build_prompt, resolve_voice
 
 TEXT = "Hello world, this is a tiny test."
@@ -148,7 +149,7 @@ def test_seeded_sampling(models):
 
 def test_stopping_invariants(models):
     m = models("tiny_custom_voice")
-    for seed, n in [(3, 400), (0, 2), (0, 1)]:
+    for seed, n in [(3, 400), (0, 2)]:
         r = m.generate_codes(TEXT, speaker="ryan", seed=seed, top_k=0, temperature=1.0, max_new_tokens=n)
         assert r.codes.shape[1] == 16 and len(r.codes) <= n - 1
         assert r.codes.min(initial=0) >= 0 and r.codes.max(initial=0) < 2048  # EOS is never a frame
@@ -176,6 +177,9 @@ def test_validation(models):
         vd.generate_codes(TEXT, instruct="x", max_new_tokens=0)
     with pytest.raises(ValueError, match="top_p"):
         vd.generate_codes(TEXT, instruct="x", top_p=0.0)
+    # max_new_tokens=1 always gave empty audio (at most max_new_tokens - 1 frames): refused
+    with pytest.raises(ValueError, match=r"max_new_tokens must be in \[2, "):
+        cv.generate_codes(TEXT, speaker="ryan", max_new_tokens=1)
     # Case-insensitive names, as the reference.
     assert cv.generate_codes(TEXT, speaker="Ryan", language="English", max_new_tokens=3, **GREEDY).codes.shape == (2, 16)
 
@@ -248,8 +252,11 @@ def test_frame_budget(models):
     np.testing.assert_array_equal(r.codes, full.codes[:7])
     auto = m.generate_codes(TEXT, **request, max_new_tokens=400, **GREEDY)
     assert auto.stop_reason == "budget" and auto.codes.shape[0] == 128 + int(1.4 * len(TEXT))
-    for bad in (0, -3, "big", 2.5, True):
+    for bad in (0, -3, "big", 2**31):
         with pytest.raises(ValueError, match="frame_budget"):
+            m.generate_codes(TEXT, **request, frame_budget=bad)
+    for bad in (2.5, True):  # a wrong type, bool included
+        with pytest.raises(TypeError, match="frame_budget"):
             m.generate_codes(TEXT, **request, frame_budget=bad)
 
 
@@ -265,7 +272,7 @@ def test_ctrl_c_stops_within_a_frame(models):
     t0 = time.perf_counter()
     timer.start()
     with pytest.raises(KeyboardInterrupt):
-        m.generate_codes(TEXT, **request, max_new_tokens=100_000, frame_budget=None, seed=1)
+        m.generate_codes(TEXT, **request, max_new_tokens=MAX_NEW_TOKENS, frame_budget=None, seed=1)
     assert time.perf_counter() - t0 < 5.0
     # the session is usable afterwards
     assert m.generate_codes(TEXT, **request, max_new_tokens=3, **GREEDY).codes.shape == (2, 16)
@@ -277,8 +284,8 @@ def test_cancel_from_another_thread(models):
     name, request = CASES[0]
     m = models(name)
     threading.Timer(0.3, m.cancel).start()
-    r = m.generate_codes(TEXT, **request, max_new_tokens=100_000, frame_budget=None, seed=2)
-    assert r.stop_reason == "cancelled" and 0 < r.codes.shape[0] < 99_999
+    r = m.generate_codes(TEXT, **request, max_new_tokens=MAX_NEW_TOKENS, frame_budget=None, seed=2)
+    assert r.stop_reason == "cancelled" and 0 < r.codes.shape[0] < MAX_NEW_TOKENS - 1
 
 
 @pytest.mark.parametrize("out_type", ["bf16", "q8_0"])

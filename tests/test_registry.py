@@ -53,3 +53,27 @@ def test_load_by_repo_id(fixture_root: Path, tmp_path: Path, monkeypatch: pytest
     assert m.path == tmp_path / "qtts-cache" / "Qwen3-TTS-12Hz-1.7B-VoiceDesign-bf16.gguf"
     with pytest.raises(FileNotFoundError):
         qtts.load(tmp_path / "missing.gguf")
+
+
+def test_cli_speaks_from_a_repo_id(fixture_root: Path, tmp_path: Path) -> None:
+    """The README's first command, offline against a fake Hugging Face cache: converted once to
+    the default Q8_0 in $QTTS_CACHE, reused by the next run."""
+    import os
+    import subprocess
+    import sys
+
+    repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+    _fake_cache(tmp_path / "hf", repo_id, fixture_root / "tiny_custom_voice")
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", QTTS_CACHE=str(tmp_path / "qtts"))
+    env.pop("HF_HUB_CACHE", None)
+    cmd = [sys.executable, "-m", "qtts.cli", "-m", repo_id, "--speaker", "ryan", "-p", "Hello from qtts.",
+           "--greedy", "--max-new-tokens", "4", "-t", "1"]
+    for name, first in (("a.wav", True), ("b.wav", False)):
+        r = subprocess.run([*cmd, "-o", str(tmp_path / name)], env=env, capture_output=True, text=True,
+                           timeout=300, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        # piped: one line says what the first run converts, and no per-tensor lines
+        assert ("converting Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice once to q8_0" in r.stderr) == first, r.stderr
+        assert "[1/" not in r.stderr
+    assert (tmp_path / "a.wav").read_bytes() == (tmp_path / "b.wav").read_bytes()
+    assert [p.name for p in (tmp_path / "qtts").glob("*.gguf")] == ["Qwen3-TTS-12Hz-0.6B-CustomVoice-q8_0.gguf"]

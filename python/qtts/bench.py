@@ -338,8 +338,8 @@ def add_parser(sub: Any) -> None:
     b = sub.add_parser("bench", help="speed and memory benchmarks on full-size random-weight models")
     bs = b.add_subparsers(dest="bench_command", required=True)
     m = bs.add_parser("micro", help="weight-free micro-benchmarks: sampling, mel, resampling, PCM packing")
-    m.add_argument("--repeat", type=int, default=5)
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--repeat", type=int, default=5, help="timed repetitions per case, the best kept (default 5)")
+    m.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     m.add_argument("--json", help="also write the results as JSON to this file")
     m.set_defaults(func=run)
     for name in ("speed", "memory", "quality"):
@@ -347,13 +347,14 @@ def add_parser(sub: Any) -> None:
         p.add_argument("--release", default="0.6B-Base", help="released configuration to build (default 0.6B-Base)")
         p.add_argument("-m", "--model", help="benchmark this GGUF instead of a random-weight build")
         p.add_argument("--types", nargs="+", default=["q8_0", "q4_k"] if name == "speed" else list(TYPES),
-                       choices=TYPES)
+                       choices=TYPES, help="weight types to measure, each in a fresh process (default: "
+                                           f"{' '.join(['q8_0', 'q4_k'] if name == 'speed' else TYPES)})")
         if name == "quality":
             p.add_argument("--frames", type=int, default=50, help="greedy frames compared (teacher-forced)")
-        p.add_argument("-t", "--threads", type=int, default=2)
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (default 2)")
+        p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
         p.add_argument("--json", help="also write the results as JSON to this file")
-        p.add_argument("-q", "--quiet", action="store_true")
+        p.add_argument("-q", "--quiet", action="store_true", help="no per-configuration progress lines")
         if name == "speed":
             p.add_argument("--frames", type=int, default=100, help="frames generated (EOS masked; 12.5 per second)")
             p.add_argument("--compare-reference", action="store_true",

@@ -19,6 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .cli_args import CliError, UsageError, decode_text, frame_budget
+from .cli_args import seed as seed_arg, setting as setting_arg, threads as threads_arg, utf8
+from .cli_progress import busy, generation_bar, tensor_log
+from .text import SPLIT_ABOVE_CHARS
 from .weight_types import WEIGHT_TYPES
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
@@ -27,18 +31,13 @@ if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usag
 
 COMMANDS = ("speak", "voice", "convert", "quantize", "info", "speakers", "languages", "bench")
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
-SPLIT_ABOVE_CHARS = 200  # longer inputs are synthesized sentence by sentence unless --no-split
-
-
-class CliError(Exception):
-    """A user error: printed as `qtts-cli: error: ...`, exit status 1."""
 
 
 def _convert(args: argparse.Namespace) -> int:
     from .convert import convert
 
-    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    out = convert(args.hf_dir, args.output, args.type, log=log, n_threads=args.threads)
+    with tensor_log(args) as log:
+        out = convert(args.hf_dir, args.output, args.type, log=log, n_threads=args.threads)
     if not args.quiet:
         print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0
@@ -52,6 +51,7 @@ QUANTIZE_DESCRIPTION = ("Change the type of the talker and code-predictor weight
 def _quantize(args: argparse.Namespace) -> int:
     from .quantize import quantize
 
+    # every line: each says which type a tensor got and why (fallbacks, --keep)
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     before = Path(args.input).stat().st_size if Path(args.input).is_file() else 0
     out = quantize(args.input, args.output, args.type, keep=args.keep, log=log, n_threads=args.threads)
@@ -71,8 +71,8 @@ def _add_quantize_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep", action="append", default=[], metavar="REGEX=TYPE",
                    help="store the tensors whose name matches REGEX as TYPE instead (repeatable; the last "
                         "match wins), e.g. --keep 'codec_embd=q8_0'")
-    p.add_argument("-t", "--threads", type=int, help="quantization threads (default: the physical cores)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument("-t", "--threads", type=threads_arg, help="quantization threads (default: the physical cores)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-tensor lines or summary")
     p.set_defaults(func=_quantize)
 
 
@@ -81,6 +81,18 @@ def main_quantize(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="qtts-quantize", description=QUANTIZE_DESCRIPTION)
     _add_quantize_arguments(p)
     return _run(p.parse_args(sys.argv[1:] if argv is None else argv), "qtts-quantize")
+
+
+def _load(args: argparse.Namespace, **kw: Any) -> Any:
+    """qtts.load, where a repo id's one-time conversion reports like `convert` does."""
+    from . import load
+    from .registry import cache_dir, fetch, is_repo_id
+
+    model = args.model
+    if is_repo_id(model):
+        with tensor_log(argparse.Namespace(quiet=getattr(args, "quiet", False), verbose=False)) as log:
+            model = fetch(model, cache_dir(), "q8_0", log=log)
+    return load(model, **kw)
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -92,42 +104,28 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from . import load
-
-    model = load(args.model, device="cpu")
-    for name in (model.speakers if args.command == "speakers" else model.languages):
+    model = _load(args, device="cpu")
+    names = model.speakers if args.command == "speakers" else model.languages
+    if not names and args.command == "speakers":  # said on stderr: stdout stays a clean (empty) list
+        why = {"base": "it clones a voice from --ref-audio or --voice",
+               "voice_design": "describe the voice with --instruct"}.get(model.variant, "")
+        print(f"qtts-cli: {args.model}: a {model.variant} model has no speakers" + (f"; {why}" if why else ""),
+              file=sys.stderr)
+    for name in names:
         print(name)
     return 0
 
 
 # --- speak -------------------------------------------------------------------------------------
 
-def _frame_budget(value: str) -> int | str | None:
-    v = value.strip().lower()
-    if v in ("auto", "none"):
-        return None if v == "none" else "auto"
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or a positive integer, got {value!r}")
-    return n
-
-
 def _read_text(args: argparse.Namespace) -> str:
     if args.prompt is not None:
         return args.prompt
-    if args.file is not None:
-        if args.file == "-":
-            return sys.stdin.read()
-        try:
-            return Path(args.file).read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise CliError(f"{args.file}: not UTF-8 text") from None
-    if sys.stdin is None or sys.stdin.isatty():
+    if args.file is not None and args.file != "-":
+        return decode_text(Path(args.file).read_bytes(), f"-f {args.file}")
+    if args.file is None and (sys.stdin is None or sys.stdin.isatty()):
         raise CliError("no text: pass -p TEXT, -f FILE or pipe text on stdin")
-    return sys.stdin.read()
+    return decode_text(sys.stdin.buffer.read(), "stdin")
 
 
 def _check_output(path: str) -> None:
@@ -210,33 +208,32 @@ def _progress(args: argparse.Namespace) -> bool:
     return not args.quiet and sys.stderr.isatty()
 
 
-def _synth(model: Any, text: str, kw: dict[str, Any]) -> tuple[Any, str, Any]:
-    """Eager synthesis: (samples, stop_reason, timings)."""
-    audio = model.synthesize(text, **kw)
+def _synth(model: Any, text: str, kw: dict[str, Any], show: bool) -> tuple[Any, str, Any]:
+    """Eager synthesis: (samples, stop_reason, timings), with a progress bar on a terminal."""
+    with generation_bar(show) as progress:
+        audio = model.synthesize(text, progress=progress, **kw)
     return audio.samples, audio.stop_reason, audio.timings
 
 
 def _stream_raw(model: Any, text: str, kw: dict[str, Any], args: argparse.Namespace) -> tuple[None, str, Any]:
     """Stream s16le PCM to stdout as it is generated: (None, stop_reason, timings)."""
     from .audio import Timings, pcm16
+    from .speech import Progress
 
     timings, out, frames, n, reason = Timings(), sys.stdout.buffer, 0, 0, "eos"
     t0 = time.perf_counter()
     chunks = model.stream(text, timings=timings, **kw)
-    try:
-        for chunk in chunks:
-            out.write(pcm16(chunk.samples))
-            out.flush()
-            frames, n = frames + len(chunk.codes), n + len(chunk.samples)
-            reason = chunk.stop_reason or reason
-            if _progress(args):
-                secs = n / model.sample_rate
-                rtf = (time.perf_counter() - t0) / secs if secs else 0.0
-                print(f"\r{frames} frames, {secs:.2f} s of audio, RTF {rtf:.2f}", end="", file=sys.stderr)
-    finally:
-        chunks.close()
-        if _progress(args):
-            print(file=sys.stderr)
+    with generation_bar(_progress(args)) as progress:
+        try:
+            for chunk in chunks:
+                out.write(pcm16(chunk.samples))
+                out.flush()
+                frames, n = frames + len(chunk.codes), n + len(chunk.samples)
+                reason = chunk.stop_reason or reason
+                if progress is not None:  # a stream does not know its frame limit: no ETA
+                    progress(Progress(frames, 0, 0, 1, n / model.sample_rate, time.perf_counter() - t0))
+        finally:
+            chunks.close()
     return None, reason, timings
 
 
@@ -284,9 +281,7 @@ def _speak(args: argparse.Namespace) -> int:
 
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
-    from . import load
-
-    model = load(args.model, n_threads=args.threads, device=args.device)
+    model = _load(args, n_threads=args.threads, device=args.device)
     if args.ref_audio is not None:
         voice, clone = _clone(model, args)
     elif voice is None and model.variant == "base":
@@ -302,11 +297,11 @@ def _speak(args: argparse.Namespace) -> int:
               f"  ... | aplay -f S16_LE -r {sr} -c 1", file=sys.stderr)
     outputs = []
     for i, (job, dest) in enumerate(zip(jobs, dests)):
-        kw["split_sentences"] = not args.no_split and len(job) > SPLIT_ABOVE_CHARS
+        kw["split_sentences"] = False if args.no_split else "auto"
         if args.raw:
             samples, reason, timings = _stream_raw(model, job, kw, args)
         else:
-            samples, reason, timings = _synth(model, job, kw)
+            samples, reason, timings = _synth(model, job, kw, _progress(args))
             _write(samples, sr, dest)
         if clone is not None and i == 0:  # the reference was encoded once, ahead of the first line
             timings.speaker_encode_ms, timings.codec_encode_ms = clone.speaker_encode_ms, clone.codec_encode_ms
@@ -336,7 +331,9 @@ def _clone(model: Any, args: argparse.Namespace) -> tuple[Voice, CloneTimings]:
     model's voice cache, as synthesize(ref_audio=...) would."""
     from . import cloning
 
-    return cloning.create_voice(model, args.ref_audio, args.ref_text, args.x_vector_only, model.voice_cache)
+    show = not args.quiet and sys.stderr.isatty()
+    with busy("encoding the reference clip (speaker embedding, codec)", show):
+        return cloning.create_voice(model, args.ref_audio, args.ref_text, args.x_vector_only, model.voice_cache)
 
 
 def _voice_mode(voice: Voice) -> str:
@@ -359,7 +356,7 @@ def _add_clone_source(g: Any, ref_audio_into: Any, required: bool) -> None:
     ref_audio_into.add_argument("--ref-audio", metavar="WAV", required=required,
                                 help="reference clip of the voice to clone (base models; any format soundfile reads)")
     mode = g.add_mutually_exclusive_group()
-    mode.add_argument("--ref-text", metavar="TEXT", help="transcript of --ref-audio, for in-context cloning")
+    mode.add_argument("--ref-text", type=utf8, metavar="TEXT", help="transcript of --ref-audio, for in-context cloning")
     mode.add_argument("--x-vector-only", action="store_true",
                       help="clone from the speaker embedding alone (no --ref-text needed; a looser likeness)")
 
@@ -371,7 +368,7 @@ def _add_speak(sub: Any) -> None:
                                    "--ref-text TEXT (or --x-vector-only).")
     s.add_argument("-m", "--model", required=True, help="a qtts .gguf file or a Hugging Face repo id")
     src = s.add_mutually_exclusive_group()
-    src.add_argument("-p", "--prompt", help="the text to speak")
+    src.add_argument("-p", "--prompt", type=utf8, help="the text to speak")
     src.add_argument("-f", "--file", help="read the text from FILE ('-': stdin)")
     dst = s.add_mutually_exclusive_group()
     dst.add_argument("-o", "--output", default="output.wav",
@@ -380,27 +377,34 @@ def _add_speak(sub: Any) -> None:
     dst.add_argument("--raw", action="store_true",
                      help="stream raw s16le mono PCM to stdout while generating (pipe into ffplay/aplay)")
     v = s.add_argument_group("voice")
-    v.add_argument("--speaker", help="speaker name (custom_voice models; see `qtts-cli speakers MODEL`)")
-    v.add_argument("--language", default="auto", help="language (default: auto; see `qtts-cli languages MODEL`)")
-    v.add_argument("--instruct", help="voice / style instruction (voice_design models, 1.7B custom_voice)")
+    v.add_argument("--speaker", type=utf8, help="speaker name (custom_voice models; see `qtts-cli speakers MODEL`)")
+    v.add_argument("--language", type=utf8, default="auto",
+                   help="language (default: auto; see `qtts-cli languages MODEL`)")
+    v.add_argument("--instruct", type=utf8, help="voice / style instruction (voice_design models, 1.7B custom_voice)")
     # one source for a base model's voice: a voice file, or a clip encoded once for every line
     source = v.add_mutually_exclusive_group()
     source.add_argument("--voice", metavar="FILE", help="a cloned voice from `qtts-cli voice create` (base models)")
     _add_clone_source(v, source, required=False)
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
-    g.add_argument("-s", "--seed", type=int, help="sampling seed (default: random, reported by --json)")
-    g.add_argument("--temperature", type=float)
-    g.add_argument("--top-k", type=int)
-    g.add_argument("--top-p", type=float)
-    g.add_argument("--repetition-penalty", type=float)
+    g.add_argument("-s", "--seed", type=seed_arg,
+                   help="sampling seed in [0, 2**64) (default: random, reported by --json)")
+    g.add_argument("--temperature", type=setting_arg("temperature"),
+                   help="talker sampling temperature: lower is steadier, higher more varied (model default 0.9)")
+    g.add_argument("--top-k", type=setting_arg("top_k"),
+                   help="sample the talker's first codebook from the K most likely codes (0: all)")
+    g.add_argument("--top-p", type=setting_arg("top_p"),
+                   help="nucleus sampling: the smallest set of codes whose probability reaches P, in (0, 1]")
+    g.add_argument("--repetition-penalty", type=setting_arg("repetition_penalty"),
+                   help="above 1 discourages repeating first-codebook codes (model default 1.05)")
     g.add_argument("--greedy", action="store_true", help="no sampling, talker and code predictor")
-    g.add_argument("--max-new-tokens", type=int, help="at most this many frames - 1 (12.5 frames per second)")
-    g.add_argument("--frame-budget", type=_frame_budget, default="auto", metavar="N|auto|none",
+    g.add_argument("--max-new-tokens", type=setting_arg("max_new_tokens"),
+                   help="at most this many frames - 1 (12.5 frames per second; at least 2)")
+    g.add_argument("--frame-budget", type=frame_budget, default="auto", metavar="N|auto|none",
                    help="runaway guard: the most frames per sentence (default: auto, from the text)")
     g.add_argument("--no-split", action="store_true",
                    help=f"do not synthesize inputs over {SPLIT_ABOVE_CHARS} characters sentence by sentence")
     r = s.add_argument_group("runtime and reporting")
-    r.add_argument("-t", "--threads", type=int, help="CPU threads (default: the physical cores)")
+    r.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     r.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",
@@ -417,9 +421,7 @@ def _voice_create(args: argparse.Namespace) -> int:
 
     import soundfile as sf
 
-    from . import load
-
-    model = load(args.model, n_threads=args.threads, device=args.device)
+    model = _load(args, n_threads=args.threads, device=args.device)
     voice, clone = _clone(model, args)
     out = voice.save(args.output)
     seconds = sf.info(args.ref_audio).duration  # create_voice read the file: it is audio
@@ -448,10 +450,10 @@ def _add_voice(sub: Any) -> None:
     c.add_argument("-m", "--model", required=True, help="a qtts base-model .gguf file or a Hugging Face repo id")
     _add_clone_source(c, c, required=True)
     c.add_argument("-o", "--output", required=True, metavar="FILE", help="the voice file to write (e.g. me.qvoice)")
-    c.add_argument("-t", "--threads", type=int, help="CPU threads (default: the physical cores)")
+    c.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     c.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
     c.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    c.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
     c.set_defaults(func=_voice_create)
 
 
@@ -471,9 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--type", default="f32", type=str.lower, choices=WEIGHT_TYPES,
                    help="type of the talker and code-predictor matrices (default: f32); the K-quants use "
                         "the same per-tensor policy as `quantize` and give the same file in one step")
-    c.add_argument("-t", "--threads", type=int, help="K-quant threads (default: the physical cores)")
+    c.add_argument("-t", "--threads", type=threads_arg, help="K-quant threads (default: the physical cores)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     c.set_defaults(func=_convert)
+    c.add_argument("-v", "--verbose", action="store_true", help="print one line per tensor written")
 
     _add_quantize_arguments(sub.add_parser("quantize", help="change the weight type of a qtts GGUF file",
                                            description=QUANTIZE_DESCRIPTION))
@@ -508,7 +511,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace, prog: str) -> int:
     try:
         return int(args.func(args))
-    except (CliError, ValueError, OSError, RuntimeError, ImportError) as e:
+    except UsageError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except (CliError, ValueError, TypeError, OSError, RuntimeError, ImportError) as e:
         if isinstance(e, BrokenPipeError):  # the player went away: stop quietly
             _silence_stdout()
             return 0

@@ -26,6 +26,8 @@ def _broadcast(name: str, value: Any, n: int) -> list[Any]:
 
 def _batch(model: Model, text: str | list[str], per_item: dict[str, Any], non_streaming_mode: bool,
            kwargs: dict[str, Any]) -> tuple[list[np.ndarray], int]:
+    if not isinstance(text, (str, list, tuple)):
+        raise TypeError(f"text must be a str or a list of str, got {type(text).__name__}")
     texts = [text] if isinstance(text, str) else list(text)
     if not texts:
         raise ValueError("text is empty")

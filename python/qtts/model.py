@@ -15,7 +15,8 @@ from . import speech
 from .audio import Audio, AudioChunk, Timings
 from . import cloning
 from .compat import QwenTTSCompat
-from .generation import SETTINGS, GenerationResult, per_frame_timings, resolve_settings
+from .generation import SETTINGS, GenerationResult, check_bool, check_int, check_text, per_frame_timings
+from .generation import resolve_settings
 from .generation import frame_budget as frame_budget_for
 from .gguf_meta import read_tokenizer
 from .prompt import build_prompt, resolve_voice
@@ -25,12 +26,34 @@ from .tokenizer import Tokenizer
 from .voice import Voice, VoiceCache, model_fingerprint
 
 
+MAX_THREADS = 1024
+MAX_CHUNK_FRAMES = 4096
+
+
+def _check_request_args(speaker: Any, language: Any, instruct: Any, voice: Any,
+                        non_streaming_mode: Any) -> None:
+    """Types of the conditioning arguments, before they reach the tokenizer or C++."""
+    check_text(speaker, "speaker", optional=True, allow_empty=True)
+    check_text(language, "language")
+    check_text(instruct, "instruct", optional=True, allow_empty=True)
+    if voice is not None and not isinstance(voice, Voice):
+        raise TypeError(f"voice must be a qtts.Voice (from create_voice), got {type(voice).__name__}")
+    if non_streaming_mode is not None:
+        check_bool("non_streaming_mode", non_streaming_mode)
+
+
 class Model(QwenTTSCompat):
     """A Qwen3-TTS model loaded from a qtts GGUF file (see `qtts-cli convert`)."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
                  voice_cache: str | os.PathLike[str] | bool = True):
         """voice_cache: where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off)."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        if not isinstance(device, str):
+            raise TypeError(f"device must be a str, got {type(device).__name__}")
+        if n_threads is not None:
+            check_int("n_threads", n_threads, 1, MAX_THREADS)
         self.path = Path(path)
         check_gguf_path(self.path)
         self._native = core.Model(str(self.path), device)
@@ -157,6 +180,8 @@ class Model(QwenTTSCompat):
                         subtalker_top_k=subtalker_top_k, subtalker_top_p=subtalker_top_p,
                         subtalker_temperature=subtalker_temperature, max_new_tokens=max_new_tokens,
                         min_new_tokens=min_new_tokens)
+        check_text(text)
+        _check_request_args(speaker, language, instruct, voice, non_streaming_mode)
         cond = resolve_voice(self, language=language, speaker=speaker, instruct=instruct, voice=voice)
         s = resolve_settings(self.generation_defaults, settings, seed)
         s["max_frames"] = frame_budget_for(text, frame_budget)
@@ -176,7 +201,7 @@ class Model(QwenTTSCompat):
                    ref_audio: cloning.AudioSource | np.ndarray | None = None, ref_text: str | None = None,
                    x_vector_only_mode: bool = False, seed: int | None = None, split_sentences: SplitSentences = "auto",
                    frame_budget: int | str | None = "auto", non_streaming_mode: bool | None = None,
-                   **sampling: Any) -> Audio:
+                   progress: speech.ProgressCallback | None = None, **sampling: Any) -> Audio:
         """Speech for `text`, all at once. `sampling` takes the generate_codes settings
         (do_sample, temperature, top_k, top_p, repetition_penalty, subtalker_*, max_new_tokens).
         Long text is synthesized sentence by sentence with the same voice, the pieces joined with a
@@ -187,11 +212,16 @@ class Model(QwenTTSCompat):
         time grows with the square of its length).
 
         Base models clone a voice: pass voice= (create_voice), or ref_audio= with ref_text= (ICL)
-        or x_vector_only_mode=True, as generate_voice_clone takes them."""
+        or x_vector_only_mode=True, as generate_voice_clone takes them.
+
+        progress, a callable, receives a qtts.speech.Progress every few frames (the codes are the
+        same with or without it)."""
+        if progress is not None and not callable(progress):
+            raise TypeError(f"progress must be callable, got {type(progress).__name__}")
         req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
                             non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
         with self._lock:
-            return speech.synthesize(self, req)
+            return speech.synthesize(self, req, progress)
 
     def stream(self, text: str, *, speaker: str | None = None, language: str = "auto",
                instruct: str | None = None, voice: Voice | None = None,
@@ -204,6 +234,8 @@ class Model(QwenTTSCompat):
         stops the generation; the concatenated chunks equal synthesize()'s samples (long text is
         split as there, split_sentences="auto" by default). Pass a
         Timings to have it filled in (time to first audio included) as the stream runs."""
+        check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
+        check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
         req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
                             non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
 
@@ -228,12 +260,14 @@ class Model(QwenTTSCompat):
         if unknown:
             raise TypeError(f"unexpected argument(s) {', '.join(sorted(unknown))}; sampling settings are "
                             f"{', '.join(SETTINGS)}")
+        check_text(text)
+        _check_request_args(speaker, language, instruct, voice, non_streaming_mode)
+        check_text(ref_text, "ref_text", optional=True, allow_empty=True)
+        check_bool("x_vector_only_mode", x_vector_only_mode)
         clone = None
         if ref_audio is not None:
             if voice is not None:
                 raise ValueError("pass either voice or ref_audio, not both")
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError("text is empty")
             voice, clone = cloning.create_voice(self, ref_audio, ref_text, x_vector_only_mode, self.voice_cache)
         elif ref_text is not None or x_vector_only_mode:
             raise ValueError("ref_text and x_vector_only_mode go with ref_audio")

@@ -6,6 +6,7 @@ so HF_HOME, HF_HUB_OFFLINE and tokens work as users expect.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def download(repo_id: str, *, revision: str | None = None) -> Path:
 
 
 def fetch(repo_id: str, out_dir: str | os.PathLike[str], out_type: str = "q8_0", *,
-          revision: str | None = None) -> Path:
+          revision: str | None = None, log: Callable[[str], None] | None = None) -> Path:
     """Download (or find in the cache) a checkpoint and convert it to `<out_dir>/<name>-<type>.gguf`;
     an existing output is reused."""
     from .convert import convert
@@ -68,4 +69,7 @@ def fetch(repo_id: str, out_dir: str | os.PathLike[str], out_type: str = "q8_0",
     out = Path(out_dir) / f"{repo_id.rsplit('/', 1)[-1]}-{out_type}.gguf"
     if out.exists():
         return out
-    return convert(download(repo_id, revision=revision), out, out_type, name=repo_id)
+    checkpoint = download(repo_id, revision=revision)
+    if log:
+        log(f"converting {repo_id} once to {out_type}: {out}")
+    return convert(checkpoint, out, out_type, name=repo_id, log=log)

@@ -7,7 +7,7 @@ one frame for a low time to first audio, later chunks double up to `max_chunk_fr
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,7 @@ import numpy as np
 
 from .audio import Audio, AudioChunk, Timings
 from .cloning import CloneTimings
-from .generation import frame_budget, resolve_settings
+from .generation import check_text, frame_budget, resolve_settings
 from .prompt import Conditioning, Prompt, build_prompt, resolve_voice
 from .voice import Voice
 from .text import SplitSentences, text_pieces
@@ -24,6 +24,22 @@ if TYPE_CHECKING:
     from .model import Model
 
 PAUSE_SECONDS = 0.25  # silence between split sentences
+FRAME_RATE = 12.5  # codec frames per second of audio (the 12 Hz tokenizer)
+PROGRESS_FRAMES = 4  # frames per generation step when reporting progress (a third of a second of audio)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where an eager synthesis stands, passed to synthesize(progress=...) every few frames."""
+    frames: int        # frames generated so far, all pieces
+    frame_limit: int   # the most frames the request may take (frame budget and max_new_tokens, summed)
+    piece: int         # the text piece being generated (0-based)
+    pieces: int
+    audio_seconds: float  # audio of the frames so far (12.5 frames per second)
+    elapsed_s: float
+
+
+ProgressCallback = Callable[[Progress], None]
 
 
 @dataclass
@@ -40,8 +56,7 @@ class Request:
 def make_request(model: Model, text: str, *, language: str, speaker: str | None, instruct: str | None,
                  seed: int | None, non_streaming_mode: bool | None, frame_budget: int | str | None,
                  split_sentences: SplitSentences, settings: dict[str, Any], voice: Voice | None = None) -> Request:
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("text is empty")
+    check_text(text)
     cond = resolve_voice(model, language=language, speaker=speaker, instruct=instruct, voice=voice)
     s = resolve_settings(model.generation_defaults, settings, seed)
     pieces = text_pieces(text, split_sentences)
@@ -57,7 +72,9 @@ def _piece_settings(req: Request, i: int, piece: str) -> dict[str, Any]:
     return s
 
 
-def synthesize(model: Model, req: Request) -> Audio:
+def synthesize(model: Model, req: Request, progress: ProgressCallback | None = None) -> Audio:
+    """All of the request's audio; with `progress`, the generation runs a few frames at a time
+    (the same codes) and reports after each step."""
     t_start = time.perf_counter()
     timings = Timings()
     pause = np.zeros(int(PAUSE_SECONDS * model.sample_rate), dtype=np.float32)
@@ -66,9 +83,20 @@ def synthesize(model: Model, req: Request) -> Audio:
     stop_reason = "eos"
     gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
     _clone_timings(timings, req.clone_timings)
+    limit = sum(_frame_limit(_piece_settings(req, i, p)) for i, p in enumerate(req.pieces))
+    done = 0
     for i, piece in enumerate(req.pieces):
         prompt = _timed_prompt(model, req, piece, timings)
-        codes, reason, raw = model._session.generate(prompt.embeddings, prompt.trailing, _piece_settings(req, i, piece))
+        settings = _piece_settings(req, i, piece)
+        if progress is None:
+            codes, reason, raw = model._session.generate(prompt.embeddings, prompt.trailing, settings)
+        else:
+            def report(n: int, i: int = i, done: int = done, cb: ProgressCallback = progress) -> None:
+                cb(Progress(done + n, limit, i, len(req.pieces), (done + n) / FRAME_RATE,
+                            time.perf_counter() - t_start))
+
+            codes, reason, raw = _generate_stepped(model, prompt, settings, report)
+        done += len(codes)
         for k in ("prefill_ms", "talker_ms", "predictor_ms"):
             gen[k] += raw[k]
         if len(codes):
@@ -86,6 +114,26 @@ def synthesize(model: Model, req: Request) -> Audio:
     codes = np.concatenate(all_codes) if all_codes else np.zeros((0, 16), dtype=np.int32)
     _finish(timings, gen, len(codes), len(samples) / model.sample_rate, t_start)
     return Audio(samples, model.sample_rate, codes, stop_reason, timings)
+
+
+def _frame_limit(settings: dict[str, Any]) -> int:
+    most = settings["max_new_tokens"] - 1  # the reference's loop: at most max_new_tokens - 1 frames
+    return min(most, settings["max_frames"]) if settings["max_frames"] > 0 else most
+
+
+def _generate_stepped(model: Model, prompt: Prompt, settings: dict[str, Any],
+                      report: Callable[[int], None]) -> tuple[np.ndarray, str, dict[str, float]]:
+    session = model._session
+    session.generate_begin(prompt.embeddings, prompt.trailing, settings)
+    parts: list[np.ndarray] = []
+    n, reason, raw = 0, None, {}
+    report(0)
+    while reason is None:
+        codes, reason, raw = session.generate_next(PROGRESS_FRAMES)
+        parts.append(codes)
+        n += len(codes)
+        report(n)
+    return np.concatenate(parts), reason, raw
 
 
 def stream(model: Model, req: Request, *, first_chunk_frames: int = 1, max_chunk_frames: int = 8,
