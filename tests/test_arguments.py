@@ -73,7 +73,8 @@ def cv(gguf_dir):
     (dict(frame_budget=0), ValueError, "frame_budget"),
     (dict(frame_budget=2**40), ValueError, "frame_budget"),
     (dict(split_sentences=0), ValueError, "split_sentences"),
-    (dict(split_sentences="yes"), TypeError, "split_sentences"),
+    (dict(split_sentences="yes"), ValueError, "split_sentences"),
+    (dict(split_sentences=2.5), TypeError, "split_sentences"),
     (dict(max_new_tokens=3_000_000_000), ValueError, "max_new_tokens"),
     (dict(progress=5), TypeError, "progress must be callable"),
 ])

@@ -25,13 +25,14 @@ def test_text_pieces() -> None:
     assert text_pieces(short, "auto") == [short]
     assert text_pieces(short, True) == split_text(short) == [short]
     assert text_pieces(short, 12) == ["A sentence.", "Another one."]
-    assert text_pieces(LONG, False) == text_pieces(LONG, 0) == [LONG]
+    assert text_pieces(LONG, False) == [LONG]
     pieces = text_pieces(LONG, "auto")
     assert pieces == text_pieces(LONG, True) and "".join(pieces) == LONG
     assert [len(p) for p in pieces] == [SPLIT_ABOVE_CHARS] * (len(LONG) // SPLIT_ABOVE_CHARS)
     edge = "y" * SPLIT_ABOVE_CHARS
     assert text_pieces(edge, "auto") == [edge] and len(text_pieces(edge + " z", "auto")) == 2
-    for bad, err in (("yes", ValueError), (-1, ValueError), (2.5, TypeError), (None, TypeError)):
+    for bad, err in (("yes", ValueError), (0, ValueError), (-1, ValueError), (1 << 21, ValueError), (2.5, TypeError),
+                     (None, TypeError)):
         with pytest.raises(err, match="split_sentences"):
             text_pieces(short, bad)  # type: ignore[arg-type]
 

@@ -12,6 +12,7 @@ from typing import Literal
 # Texts longer than this are synthesized in pieces of at most this many characters, by default
 # in the API (split_sentences="auto") and at the command line (unless --no-split).
 SPLIT_ABOVE_CHARS = 200
+MAX_PIECE_CHARS = 1 << 20  # an integer split_sentences is a piece length up to this
 
 SplitSentences = bool | int | Literal["auto"]
 
@@ -21,19 +22,19 @@ _CLAUSE_END = re.compile(r"(?<=[,:，、：])\s*")
 
 def text_pieces(text: str, split_sentences: SplitSentences) -> list[str]:
     """The pieces a request synthesizes: "auto" splits text over SPLIT_ABOVE_CHARS characters
-    into pieces of at most that many, True splits any text so, an integer sets the piece length,
-    False (or 0) keeps the text whole however long."""
-    if split_sentences == "auto":
+    into pieces of at most that many, True splits any text so, an integer (1 to MAX_PIECE_CHARS)
+    sets the piece length, False keeps the text whole however long."""
+    if isinstance(split_sentences, str):
+        if split_sentences != "auto":
+            raise ValueError(f"split_sentences must be 'auto', a bool or an int, got {split_sentences!r}")
         return split_text(text) if len(text) > SPLIT_ABOVE_CHARS else [text]
     if isinstance(split_sentences, bool):
         return split_text(text) if split_sentences else [text]
-    if isinstance(split_sentences, str):
-        raise ValueError(f"split_sentences must be 'auto', a bool or an int, got {split_sentences!r}")
     if not isinstance(split_sentences, int):
         raise TypeError(f"split_sentences must be 'auto', a bool or an int, got {split_sentences!r}")
-    if split_sentences < 0:
-        raise ValueError(f"split_sentences must be 'auto', a bool or a non-negative int, got {split_sentences}")
-    return split_text(text, max_chars=split_sentences) if split_sentences else [text]
+    if not 1 <= split_sentences <= MAX_PIECE_CHARS:
+        raise ValueError(f"split_sentences must be a piece length in [1, {MAX_PIECE_CHARS}], got {split_sentences}")
+    return split_text(text, max_chars=split_sentences)
 
 
 def split_text(text: str, max_chars: int = SPLIT_ABOVE_CHARS) -> list[str]:
