@@ -390,17 +390,11 @@ def test_killed_conversion_leaves_no_partial_after_the_next_run(fixture_root: Pa
 
 def test_load_by_repo_id_converts_to_a_k_quant(fixture_root: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import huggingface_hub.constants as c
-
     import qtts
-    from tests.test_registry import _fake_cache
+    from tests.test_registry import offline_hub
 
     repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("QTTS_CACHE", str(tmp_path / "qtts-cache"))
-    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
-    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
-    _fake_cache(tmp_path / "hf", repo_id, fixture_root / "tiny_custom_voice")
+    offline_hub(monkeypatch, tmp_path, repo_id, fixture_root / "tiny_custom_voice")
     with pytest.raises(ValueError, match="convert_type must be one of f32, bf16, q8_0, q4_k, q5_k, q6_k, got 'q3_k'"):
         qtts.load(repo_id, n_threads=1, convert_type="q3_k")
     m = qtts.load(repo_id, n_threads=1, convert_type="q5_k")

@@ -17,15 +17,22 @@ def _fake_cache(hf_home: Path, repo_id: str, checkpoint: Path) -> None:
     (repo / "refs" / "main").write_text("0123456789abcdef")
 
 
-def test_fetch_offline_from_cache(fixture_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def offline_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, repo_id: str, checkpoint: Path) -> None:
+    """This process sees `checkpoint` as `repo_id` in an offline Hugging Face cache under
+    tmp_path/hf, and a fresh qtts cache under tmp_path/qtts-cache."""
     import huggingface_hub.constants as c
 
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("QTTS_CACHE", str(tmp_path / "qtts-cache"))
     monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
-    _fake_cache(tmp_path / "hf", repo_id, fixture_root / "tiny_custom_voice")
+    _fake_cache(tmp_path / "hf", repo_id, checkpoint)
+
+
+def test_fetch_offline_from_cache(fixture_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+    offline_hub(monkeypatch, tmp_path, repo_id, fixture_root / "tiny_custom_voice")
     out = fetch(repo_id, tmp_path / "models", "q8_0")
     assert out.name == "Qwen3-TTS-12Hz-0.6B-CustomVoice-q8_0.gguf"
     info = qtts.inspect(out)
@@ -41,13 +48,7 @@ def test_registry_and_unknown_repo(tmp_path: Path) -> None:
 
 def test_load_by_repo_id(fixture_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo_id = "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("QTTS_CACHE", str(tmp_path / "qtts-cache"))
-    import huggingface_hub.constants as c
-
-    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
-    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
-    _fake_cache(tmp_path / "hf", repo_id, fixture_root / "tiny_voice_design")
+    offline_hub(monkeypatch, tmp_path, repo_id, fixture_root / "tiny_voice_design")
     m = qtts.load(repo_id, n_threads=1, convert_type="bf16")
     assert m.variant == "voice_design"
     assert m.path == tmp_path / "qtts-cache" / "Qwen3-TTS-12Hz-1.7B-VoiceDesign-bf16.gguf"
