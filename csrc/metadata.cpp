@@ -12,6 +12,10 @@ namespace qtts {
 namespace {
 
 constexpr int kMaxTopK = 1 << 22;
+// The bounds qtts.generation puts on the same settings passed as arguments (SCALE_RANGE,
+// MAX_NEW_TOKENS), so that a file's defaults never fail there.
+constexpr float kMinScale = 1e-6f;
+constexpr int kMaxNewTokens = 32768;
 constexpr int32_t kTokenUnused = 5;  // gguf's token type for an empty slot
 
 // checked against its vocabulary once the networks are read
@@ -71,15 +75,15 @@ void read_metadata(const GgufFile & f, Model & m) {
                    id(f, kv::CODEC_THINK_EOS_ID)};
     GenerationDefaults & g = m.gen;
     g.do_sample = f.boolean(kv::GEN_DO_SAMPLE);
-    g.temperature = f.real(kv::GEN_TEMPERATURE, 0.0f, 100.0f);
+    g.temperature = f.real(kv::GEN_TEMPERATURE, kMinScale, 100.0f, /*closed=*/true);
     g.top_k = f.count(kv::GEN_TOP_K, 0, kMaxTopK);
     g.top_p = f.real(kv::GEN_TOP_P, 1e-6f, 1.0f, /*closed=*/true);
-    g.repetition_penalty = f.real(kv::GEN_REPETITION_PENALTY, 0.0f, 100.0f);
+    g.repetition_penalty = f.real(kv::GEN_REPETITION_PENALTY, kMinScale, 100.0f, /*closed=*/true);
     g.sub_do_sample = f.boolean(kv::GEN_SUB_DO_SAMPLE);
-    g.sub_temperature = f.real(kv::GEN_SUB_TEMPERATURE, 0.0f, 100.0f);
+    g.sub_temperature = f.real(kv::GEN_SUB_TEMPERATURE, kMinScale, 100.0f, /*closed=*/true);
     g.sub_top_k = f.count(kv::GEN_SUB_TOP_K, 0, kMaxTopK);
     g.sub_top_p = f.real(kv::GEN_SUB_TOP_P, 1e-6f, 1.0f, /*closed=*/true);
-    g.max_new_tokens = f.count(kv::GEN_MAX_NEW_TOKENS, 1, 1 << 20);
+    g.max_new_tokens = f.count(kv::GEN_MAX_NEW_TOKENS, 2, kMaxNewTokens);
 
     const std::vector<std::string> lang_names = f.str_array(kv::LANGUAGE_NAMES);
     const std::vector<int32_t> lang_ids = f.i32_array(kv::LANGUAGE_IDS);

@@ -39,7 +39,7 @@ TransformerHParams read_transformer(const GgufFile & f, const char * prefix, boo
         f.key_error(head_dim.c_str(), format("= %d times %d heads is too wide", hp.head_dim, hp.n_head));
     }
     hp.eps = f.real(key(kv::T_NORM_EPS, prefix).c_str(), 0.0f, 1.0f);
-    hp.rope_base = f.real(key(kv::T_ROPE_FREQ_BASE, prefix).c_str(), 0.0f, 1e12f);
+    hp.rope_base = f.real(key(kv::T_ROPE_FREQ_BASE, prefix).c_str(), 1.0f, 1e12f, /*closed=*/true);
     if (has_context) hp.n_ctx = f.count(key(kv::T_CONTEXT_LENGTH, prefix).c_str(), 1, 1 << 24);
     return hp;
 }

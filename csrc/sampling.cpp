@@ -65,6 +65,13 @@ void talker_logits_processors(std::vector<float> & logits, const std::vector<int
 }
 
 int32_t select_token(std::vector<float> & logits, const SamplingParams & p, std::mt19937_64 & rng) {
+    // Suppressed tokens are -inf; NaN or +inf can only come from corrupt weights or
+    // hyper-parameters, and would otherwise pick an arbitrary (even out-of-codebook) token.
+    for (float v : logits) {
+        if (std::isnan(v) || v == -kNegInf) {
+            fail("the network produced non-finite logits: the model's weights or hyper-parameters are corrupt");
+        }
+    }
     if (!p.do_sample) return argmax(logits);
     if (!(p.temperature > 0.0f)) fail("temperature must be positive when sampling, got %g", p.temperature);
     if (p.temperature != 1.0f) {

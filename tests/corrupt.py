@@ -161,3 +161,11 @@ def add_extra_tensor(src: Path, dst: Path, name: str = "talker.blk.0.attn_bogus.
     p = read(src)
     p.tensors[name] = (np.zeros((4, 8), dtype=np.float32), GT.F32)
     return write(p, dst)
+
+
+def nan_tensor(src: Path, dst: Path, name: str) -> Path:
+    """A valid file whose F32 tensor `name` holds NaN: only running the network can tell."""
+    p = read(src)
+    data, gtype = p.tensors[name]
+    p.tensors[name] = (np.full_like(np.asarray(data), np.nan), gtype)
+    return write(p, dst)

@@ -234,6 +234,10 @@ BAD_VALUES: list[tuple[str, object, str]] = [
     (KV.GEN_REPETITION_PENALTY, -1.0, CV), (KV.GEN_REPETITION_PENALTY, INF, CV),
     (KV.GEN_TOP_K, 2**31 - 1, CV), (KV.GEN_SUB_TOP_K, 2**31, CV),
     (KV.GEN_MAX_NEW_TOKENS, 0, CV), (KV.GEN_MAX_NEW_TOKENS, 3 * 10**9, CV),
+    # the bounds of the same settings as arguments (qtts.generation), so that a file's defaults
+    # never fail at synthesis: found by the fuzzer
+    (KV.T_ROPE_FREQ_BASE % KV.P_TALKER, 1e-45, CV), (KV.GEN_TEMPERATURE, 1e-7, CV),
+    (KV.GEN_SUB_TEMPERATURE, 1e-30, CV), (KV.GEN_REPETITION_PENALTY, 1e-45, CV), (KV.GEN_MAX_NEW_TOKENS, 1, CV),
     (KV.CODEC_EOS_ID, 3072, CV), (KV.CODEC_THINK_ID, 2**31, CV), (KV.TEXT_IM_START_ID, 512, CV),
     (KV.LANGUAGE_IDS, [2055, 2050, 2061, 2053, 2070, 2058, 2064, 2071, 2069, 10**6], CV),
     (KV.LANGUAGE_IDS, [2055], CV), (KV.SPEAKER_IDS, [2878, 3061, 3072], CV),
@@ -286,6 +290,15 @@ def test_cli_info_refuses_bad_epsilon(gguf_dir: Path, tmp_path: Path, value: flo
                        check=False, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and f"metadata key '{EPS}'" in r.stderr, f"rc={r.returncode}\n{r.stderr}"
     assert not (tmp_path / "out.wav").exists()
+
+
+def test_nan_weights_fail_cleanly_at_synthesis(gguf_dir: Path, tmp_path: Path) -> None:
+    """NaN in a weight loads (no check reads every value) but must not pick an arbitrary token."""
+    bad = corrupt.nan_tensor(gguf_dir / f"{CV}.gguf", tmp_path / "nan.gguf", TN.TALKER_OUTPUT_NORM)
+    model = qtts.Model(bad, n_threads=1, device="cpu", voice_cache=False)
+    for sample in (False, True):
+        with pytest.raises(ValueError, match="non-finite logits"):
+            model.synthesize("Hi.", speaker="ryan", max_new_tokens=3, do_sample=sample, seed=0)
 
 
 # --- strings: invalid UTF-8 anywhere is an error naming the file and key -------------------------
