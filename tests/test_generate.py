@@ -285,7 +285,8 @@ def test_cancel_from_another_thread(models):
     m = models(name)
     threading.Timer(0.3, m.cancel).start()
     r = m.generate_codes(TEXT, **request, max_new_tokens=MAX_NEW_TOKENS, frame_budget=None, seed=2)
-    assert r.stop_reason == "cancelled" and 0 < r.codes.shape[0] < MAX_NEW_TOKENS - 1
+    # on a loaded machine the cancel can land during the prefill, before frame 1: zero frames is right then
+    assert r.stop_reason == "cancelled" and r.codes.shape[0] < MAX_NEW_TOKENS - 1
 
 
 @pytest.mark.parametrize("out_type", ["bf16", "q8_0"])
