@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cli_args import CliError, UsageError, decode_text, frame_budget
+from .cli_args import CliError, Parser, UsageError, decode_text, frame_budget
 from .cli_args import seed as seed_arg, setting as setting_arg, threads as threads_arg, utf8
 from .cli_progress import busy, generation_bar, tensor_log
 from .text import SPLIT_ABOVE_CHARS
@@ -78,7 +78,7 @@ def _add_quantize_arguments(p: argparse.ArgumentParser) -> None:
 
 def main_quantize(argv: Sequence[str] | None = None) -> int:
     """`qtts-quantize IN OUT TYPE`: the same as `qtts-cli quantize`."""
-    p = argparse.ArgumentParser(prog="qtts-quantize", description=QUANTIZE_DESCRIPTION)
+    p = Parser(prog="qtts-quantize", description=QUANTIZE_DESCRIPTION)
     _add_quantize_arguments(p)
     return _run(p.parse_args(sys.argv[1:] if argv is None else argv), "qtts-quantize")
 
@@ -460,7 +460,7 @@ def _add_voice(sub: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    p = argparse.ArgumentParser(prog="qtts-cli", description="Qwen3-TTS on ggml. `speak` is the default command: "
+    p = Parser(prog="qtts-cli", description="Qwen3-TTS on ggml. `speak` is the default command: "
                                 "qtts-cli -m MODEL -p TEXT -o out.wav")
     p.add_argument("--version", action="version", version=f"qtts {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 
 class CliError(Exception):
@@ -13,6 +13,14 @@ class CliError(Exception):
 
 class UsageError(CliError):
     """Bad input named by its flag, found after argparse (text that is not UTF-8): exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors as one line naming the flag (exit status 2), with a pointer to --help
+    instead of the whole usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def checked(kind: type, check: Callable[[Any], Any]) -> Callable[[str], Any]:
