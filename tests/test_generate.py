@@ -260,6 +260,10 @@ def test_frame_budget(models):
             m.generate_codes(TEXT, **request, frame_budget=bad)
 
 
+# EOS is suppressed (min_new_tokens) so that only the interruption can end these generations early
+ENDLESS = dict(max_new_tokens=MAX_NEW_TOKENS, min_new_tokens=MAX_NEW_TOKENS, frame_budget=None)
+
+
 def test_ctrl_c_stops_within_a_frame(models):
     import os
     import signal
@@ -268,11 +272,21 @@ def test_ctrl_c_stops_within_a_frame(models):
 
     name, request = CASES[0]
     m = models(name)
-    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    done = threading.Event()
+
+    def ctrl_c() -> None:  # pressed again every 0.3 s, as a user would, until the call returns
+        while not done.wait(0.3):
+            os.kill(os.getpid(), signal.SIGINT)
+
     t0 = time.perf_counter()
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        m.generate_codes(TEXT, **request, max_new_tokens=MAX_NEW_TOKENS, frame_budget=None, seed=1)
+    presser = threading.Thread(target=ctrl_c)
+    presser.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            m.generate_codes(TEXT, **request, **ENDLESS, seed=1)
+    finally:
+        done.set()
+        presser.join()
     assert time.perf_counter() - t0 < 5.0
     # the session is usable afterwards
     assert m.generate_codes(TEXT, **request, max_new_tokens=3, **GREEDY).codes.shape == (2, 16)
@@ -284,7 +298,7 @@ def test_cancel_from_another_thread(models):
     name, request = CASES[0]
     m = models(name)
     threading.Timer(0.3, m.cancel).start()
-    r = m.generate_codes(TEXT, **request, max_new_tokens=MAX_NEW_TOKENS, frame_budget=None, seed=2)
+    r = m.generate_codes(TEXT, **request, **ENDLESS, seed=2)
     # on a loaded machine the cancel can land during the prefill, before frame 1: zero frames is right then
     assert r.stop_reason == "cancelled" and r.codes.shape[0] < MAX_NEW_TOKENS - 1
 
