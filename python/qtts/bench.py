@@ -35,7 +35,6 @@ def machine() -> dict[str, Any]:
 def prepare(release: str, qtype: str, seed: int, log: Any = None) -> Path:
     """The cached GGUF of a random-weight release at `qtype` (built on first use)."""
     from .convert import convert
-    from .quantize import quantize
     from .randmodel import write_random_checkpoint
     from .registry import cache_dir
 
@@ -48,10 +47,7 @@ def prepare(release: str, qtype: str, seed: int, log: Any = None) -> Path:
         if log:
             log(f"writing a random {release} checkpoint to {hf}")
         write_random_checkpoint(release, hf, seed=seed)
-    if qtype in ("f32", "bf16", "q8_0"):
-        convert(hf, out, qtype)
-    else:  # K-quants come from the BF16 conversion (the random checkpoint is BF16 already)
-        quantize(prepare(release, "bf16", seed, log), out, qtype)
+    convert(hf, out, qtype)  # K-quants too: in one step, the bytes `quantize` would write
     return out
 
 
