@@ -1,4 +1,4 @@
-"""csrc/names.h and python/qtts/names.py define the same GGUF keys and tensor names."""
+"""csrc/runtime/names.h and python/qtts/names.py define the same GGUF keys and tensor names."""
 from __future__ import annotations
 
 import re
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from qtts.names import KV, TN
 
-HEADER = Path(__file__).resolve().parents[1] / "csrc" / "names.h"
+HEADER = Path(__file__).resolve().parents[1] / "csrc" / "runtime" / "names.h"
 
 
 def _header_names(namespace: str) -> dict[str, str]:

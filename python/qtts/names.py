@@ -1,4 +1,4 @@
-"""GGUF metadata keys and tensor names: the Python mirror of csrc/names.h.
+"""GGUF metadata keys and tensor names: the Python mirror of csrc/runtime/names.h.
 
 tests/test_names.py checks that both files define the same names with the same values.
 """

@@ -1,7 +1,7 @@
-#include "session.h"
+#include "runtime/session.h"
 
-#include "error.h"
-#include "graph.h"
+#include "runtime/error.h"
+#include "runtime/graph.h"
 
 namespace qtts {
 

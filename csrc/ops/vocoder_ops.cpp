@@ -1,4 +1,4 @@
-#include "codec_ops.h"
+#include "ops/vocoder_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "error.h"
-#include "simd.h"
+#include "runtime/error.h"
+#include "ops/simd.h"
 
 namespace qtts {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "sampling.h"
+#include "runtime/sampling.h"
 
 namespace qtts {
 

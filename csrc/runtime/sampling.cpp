@@ -1,4 +1,4 @@
-#include "sampling.h"
+#include "runtime/sampling.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <numeric>
 #include <unordered_set>
 
-#include "error.h"
+#include "runtime/error.h"
 
 namespace qtts {
 

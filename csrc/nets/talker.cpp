@@ -1,6 +1,6 @@
-#include "talker.h"
+#include "nets/talker.h"
 
-#include "graph.h"
+#include "runtime/graph.h"
 
 namespace qtts {
 

@@ -1,4 +1,4 @@
-#include "error.h"
+#include "runtime/error.h"
 
 #include <cstdarg>
 #include <cstdio>

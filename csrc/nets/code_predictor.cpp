@@ -1,6 +1,6 @@
-#include "code_predictor.h"
+#include "nets/code_predictor.h"
 
-#include "graph.h"
+#include "runtime/graph.h"
 
 namespace qtts {
 

@@ -1,9 +1,9 @@
-#include "decoder.h"
+#include "runtime/transformer.h"
 
 #include <cmath>
 
-#include "error.h"
-#include "graph.h"
+#include "runtime/error.h"
+#include "runtime/graph.h"
 
 namespace qtts {
 

@@ -2,7 +2,7 @@
 // end to end, so a graph over any run of frames computes their samples exactly, given the
 // state carried from the frames before: the left context of every convolution and the keys
 // and values of the sliding-window transformer. Session::decode and the streaming calls
-// (codec_decoder.cpp) run the reference's chunked decode this way.
+// (nets/vocoder.cpp) run the reference's chunked decode this way.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ggml-backend.h"
-#include "model.h"
+#include "runtime/model.h"
 
 namespace qtts {
 

@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "codec_decoder.h"
-#include "codec_encoder.h"
-#include "decoder.h"
-#include "generate.h"
+#include "nets/vocoder.h"
+#include "nets/codec_encoder.h"
+#include "runtime/transformer.h"
+#include "runtime/generate.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
-#include "model.h"
+#include "runtime/model.h"
 
 namespace qtts {
 
@@ -75,7 +75,7 @@ public:
     GenerateResult generate(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
                             int n_trailing, const GenerateParams & p);
 
-    // The codec decoder (codec_decoder.cpp); codes are [n, n_quantizers] row-major. decode()
+    // The codec decoder (nets/vocoder.cpp); codes are [n, n_quantizers] row-major. decode()
     // reproduces the reference's chunked decode; a stream gives the same samples, bit for bit,
     // however its frames are split into pushes.
     std::vector<float> decode(const std::vector<int32_t> & codes, int64_t n);

@@ -1,12 +1,12 @@
-#include "model.h"
+#include "runtime/model.h"
 
 #include <algorithm>
 #include <cctype>
 
-#include "error.h"
-#include "loader.h"
-#include "metadata.h"
-#include "names.h"
+#include "runtime/error.h"
+#include "runtime/gguf_file.h"
+#include "runtime/metadata.h"
+#include "runtime/names.h"
 
 namespace qtts {
 
@@ -424,7 +424,7 @@ Model::Model(const std::string & path_, const std::string & device_name) : path(
     f.check_complete();
 
     device = select_device(device_name);
-    // The codecs and the speaker encoder run custom CPU ops (codec_ops.h, encoder_ops.h): on another
+    // The codecs and the speaker encoder run custom CPU ops (ops/vocoder_ops.h, encoder_ops.h): on another
     // device their weights stay in host memory and their graphs on the CPU backend.
     buffers_ = f.place(device, {"codec_dec.", "codec_enc.", "spk_enc."});
     for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);

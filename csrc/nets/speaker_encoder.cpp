@@ -1,15 +1,15 @@
 // The speaker encoder (spec §5.2): an ECAPA-TDNN over the log-mel frames that gives the x-vector
 // the Base talker takes in its speaker slot. Activations are channel-fastest (ne = [C, T]);
-// the time-distributed convolutions are conv-GEMM custom ops (codec_ops.h) over reflect-padded
+// the time-distributed convolutions are conv-GEMM custom ops (ops/vocoder_ops.h) over reflect-padded
 // inputs built with one get_rows each, the statistics over time a custom op (encoder_ops.h).
 #include <string>
 #include <vector>
 
-#include "codec_ops.h"
-#include "encoder_ops.h"
-#include "error.h"
-#include "graph.h"
-#include "session.h"
+#include "ops/vocoder_ops.h"
+#include "ops/encoder_ops.h"
+#include "runtime/error.h"
+#include "runtime/graph.h"
+#include "runtime/session.h"
 
 namespace qtts {
 

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "codec_ops.h"
-#include "encoder_ops.h"
-#include "error.h"
-#include "graph.h"
-#include "session.h"
+#include "ops/vocoder_ops.h"
+#include "ops/encoder_ops.h"
+#include "runtime/error.h"
+#include "runtime/graph.h"
+#include "runtime/session.h"
 
 namespace qtts {
 

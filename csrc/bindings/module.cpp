@@ -8,15 +8,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "error.h"
-#include "loader.h"
-#include "names.h"
+#include "runtime/error.h"
+#include "runtime/gguf_file.h"
+#include "runtime/names.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
-#include "model.h"
-#include "sampling.h"
-#include "session.h"
+#include "runtime/model.h"
+#include "runtime/sampling.h"
+#include "runtime/session.h"
 
 namespace py = pybind11;
 using namespace qtts;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "ggml-backend.h"
-#include "model.h"
+#include "runtime/model.h"
 
 namespace qtts {
 

@@ -1,11 +1,11 @@
-#include "metadata.h"
+#include "runtime/metadata.h"
 
 #include <cstdint>
 #include <string_view>
 #include <unordered_map>
 
-#include "error.h"
-#include "names.h"
+#include "runtime/error.h"
+#include "runtime/names.h"
 
 namespace qtts {
 

@@ -62,7 +62,7 @@ struct Snake {
 };
 
 // Conv and ConvTranspose weights are in the conv-GEMM panel layout [P, in, k, out/P]
-// (python/qtts/convert.py, codec_ops.h); depthwise kernels are [C, k].
+// (python/qtts/convert.py, ops/vocoder_ops.h); depthwise kernels are [C, k].
 struct CodecDecoderWeights {
     TransformerHParams hp;
     int codebook_size = 0, codebook_dim = 0, latent_dim = 0, decoder_dim = 0, n_quantizers = 0;

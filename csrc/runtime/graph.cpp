@@ -1,4 +1,4 @@
-#include "graph.h"
+#include "runtime/graph.h"
 
 #include <cstdarg>
 #include <cstdio>

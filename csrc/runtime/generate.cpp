@@ -4,10 +4,10 @@
 #include <chrono>
 #include <limits>
 
-#include "code_predictor.h"
-#include "error.h"
-#include "session.h"
-#include "talker.h"
+#include "nets/code_predictor.h"
+#include "runtime/error.h"
+#include "runtime/session.h"
+#include "nets/talker.h"
 
 namespace qtts {
 

@@ -1,8 +1,8 @@
 // Talker graphs: the Qwen3 decoder over codec-stream embeddings, final norm, codec head.
 #pragma once
 
-#include "decoder.h"
-#include "model.h"
+#include "runtime/transformer.h"
+#include "runtime/model.h"
 
 namespace qtts {
 

@@ -1,4 +1,4 @@
-#include "loader.h"
+#include "runtime/gguf_file.h"
 
 #include "ggml-alloc.h"
 
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "error.h"
+#include "runtime/error.h"
 #include "ggml-alloc.h"
 #include "ggml-cpu.h"
 

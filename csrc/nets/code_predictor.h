@@ -2,8 +2,8 @@
 // and cb0, with a fresh 16-slot KV cache per frame.
 #pragma once
 
-#include "decoder.h"
-#include "model.h"
+#include "runtime/transformer.h"
+#include "runtime/model.h"
 
 namespace qtts {
 

@@ -1,12 +1,12 @@
-#include "encoder_ops.h"
+#include "ops/encoder_ops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "error.h"
-#include "simd.h"
+#include "runtime/error.h"
+#include "ops/simd.h"
 
 namespace qtts {
 

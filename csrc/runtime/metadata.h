@@ -2,8 +2,8 @@
 // tables) and the checks that tie the networks' hyper-parameters together.
 #pragma once
 
-#include "loader.h"
-#include "model.h"
+#include "runtime/gguf_file.h"
+#include "runtime/model.h"
 
 namespace qtts {
 

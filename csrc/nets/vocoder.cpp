@@ -1,23 +1,23 @@
 // The codec decoder graph (spec §6.1) and the Session calls that run it. Activations are
 // channel-fastest (ne = [C, T]); the convolutions are conv_gemm custom ops over panel-packed
-// weights, SnakeBeta a custom op that also writes the next conv's left context (codec_ops.h).
+// weights, SnakeBeta a custom op that also writes the next conv's left context (ops/vocoder_ops.h).
 //
 // A graph decodes n frames of one segment (one reference chunk) from the segment's carried
 // state and updates that state in place: each conv's last input rows are copied back, and the
 // transformer's keys/values go to a per-segment cache. Attention runs over the cache padded to
 // a multiple of 32 keys with the padding masked: the padded keys only add exact zeros to the
 // SIMD sums, so a frame's result does not depend on how many frames share its graph.
-#include "codec_decoder.h"
+#include "nets/vocoder.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "codec_ops.h"
-#include "decoder.h"
-#include "error.h"
-#include "graph.h"
-#include "session.h"
+#include "ops/vocoder_ops.h"
+#include "runtime/transformer.h"
+#include "runtime/error.h"
+#include "runtime/graph.h"
+#include "runtime/session.h"
 
 namespace qtts {
 
