@@ -34,7 +34,7 @@ print(json.dumps(r.timings))
 
 def build_model(work: Path, out_type: str) -> Path:
     sys.path.insert(0, str(ROOT))
-    from qtts.convert import convert
+    from qtts.convert.checkpoint import convert
     from tests.fixtures.build import ensure_fixtures
     from tests.fixtures.releases import write_release
 

@@ -44,7 +44,7 @@ def open_fds() -> int:
 def workload(m: Any, frames: int, unsplit_chars: int) -> list[tuple[str, Callable[[int], None]]]:
     """The call kinds, cycled; each takes the call index (its seed)."""
     if m.variant == "base":
-        from qtts.cloning import create_voice
+        from qtts.runtime.cloning import create_voice
 
         t = np.arange(24000 * 3) / 24000
         clip = (0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32)
@@ -102,7 +102,7 @@ def main() -> int:
 
     path = a.model
     if a.release:
-        from qtts.bench import prepare
+        from qtts.cli.bench import prepare
 
         path = prepare(a.release, a.type, seed=0, log=lambda s: print(s, file=sys.stderr))
     before = {"rss_mb": round(rss_mb(), 1), "fds": open_fds()}

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def build_gguf(out: Path, release: str = "0.6B-CustomVoice") -> Path:
     """A full-size zero-weight stand-in of `release`, converted to F32 (tests/fixtures/releases.py)."""
     sys.path.insert(0, str(ROOT))
-    from qtts.convert import convert
+    from qtts.convert.checkpoint import convert
     from tests.fixtures.build import ensure_fixtures
     from tests.fixtures.releases import write_release
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qtts.registry import MODELS, fetch
+from qtts.convert.registry import MODELS, fetch
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ def fixture_root() -> Path:
 @pytest.fixture(scope="session")
 def gguf_dir(fixture_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every tiny model converted at every output type: <variant>-<type>.gguf."""
-    from qtts.convert import convert
+    from qtts.convert.checkpoint import convert
 
     out = tmp_path_factory.mktemp("gguf")
     for name in MODEL_NAMES:

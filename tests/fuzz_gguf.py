@@ -403,7 +403,7 @@ def fuzz(sources: Sequence[Path], n: int, seed: int, save_dir: Path, timeout: fl
 
 def default_sources(out: Path) -> list[Path]:
     """The tiny fixtures converted once into `out` (the types SOURCES names)."""
-    from qtts.convert import convert
+    from qtts.convert.checkpoint import convert
     from tests.fixtures.build import ensure_fixtures
 
     root = ensure_fixtures()

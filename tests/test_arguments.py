@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts.generation import resolve_settings
+from qtts.runtime.generation import resolve_settings
 
 DEFAULTS = dict(do_sample=True, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05,
                 subtalker_dosample=True, subtalker_temperature=0.9, subtalker_top_k=50, subtalker_top_p=1.0,

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts import cloning
-from qtts.audio import pcm16, save_audio
+from qtts.runtime import cloning
+from qtts.runtime.audio import pcm16, save_audio
 from qtts.cli import main
-from qtts.voice import Voice
+from qtts.runtime.voice import Voice
 
 import soundfile as sf  # a runtime dependency: imported, never skipped
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts.mel import log_mel_spectrogram
-from qtts.voice import Voice
+from qtts.runtime.mel import log_mel_spectrogram
+from qtts.runtime.voice import Voice
 
 TEXT = "Hello world, this is a tiny test."
 REF_TEXT = "The quick brown fox jumps."

@@ -11,9 +11,9 @@ from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader, quants
 from safetensors.numpy import load_file
 
-from qtts.convert import convert
-from qtts.gguf_meta import read_fields
-from qtts.names import KV
+from qtts.convert.checkpoint import convert
+from qtts.convert.gguf_meta import read_fields
+from qtts.convert.names import KV
 from tests.fixtures.build import MODEL_NAMES
 
 # Checkpoint tensors the 12 Hz inference never reads (documented in qtts/convert.py).
@@ -260,7 +260,7 @@ def test_conversion_streams_large_tensors(fixture_root: Path, tmp_path: Path, mo
 
     from safetensors.numpy import save_file
 
-    import qtts.convert as conv
+    import qtts.convert.checkpoint as conv
 
     ck = tmp_path / "ckpt"
     shutil.copytree(fixture_root / "tiny_custom_voice", ck)
@@ -312,8 +312,8 @@ def test_k_quant_conversion_is_f32_then_quantize(out_type: str, fixture_root: Pa
                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`convert --type q4_k` in one step writes exactly what convert f32 + quantize writes, with
     the quantize policy's types (here ffn_down, a sensitive tensor, at Q6_K), streaming."""
-    import qtts.convert as conv
-    from qtts.quantize import quantize
+    import qtts.convert.checkpoint as conv
+    from qtts.convert.quantize import quantize
 
     for ck in (fixture_root / "tiny_custom_voice", _wide_ffn_checkpoint(fixture_root, tmp_path / "wide")):
         f32 = gguf_dir / "tiny_custom_voice-f32.gguf" if ck.name == "tiny_custom_voice" else \
@@ -333,7 +333,7 @@ def test_k_quant_conversion_is_f32_then_quantize(out_type: str, fixture_root: Pa
 
 def test_cli_convert_accepts_k_quants_and_shares_the_type_list() -> None:
     from qtts import cli
-    from qtts.quantize import TYPES
+    from qtts.convert.quantize import TYPES
 
     args = cli.build_parser().parse_args(["convert", "ck", "-o", "m.gguf", "--type", "Q4_K", "-t", "1"])
     assert (args.type, args.threads) == ("q4_k", 1)
@@ -350,7 +350,7 @@ def test_unknown_type_is_refused(fixture_root: Path, tmp_path: Path) -> None:
 
 _SLOW_CONVERT = """
 import sys, time
-import qtts.convert as conv
+import qtts.convert.checkpoint as conv
 
 encode = conv._encode
 def stalled(e, n_threads):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts.generation import MAX_NEW_TOKENS
-from qtts.prompt import build_prompt, resolve_voice
+from qtts.runtime.generation import MAX_NEW_TOKENS
+from qtts.runtime.prompt import build_prompt, resolve_voice
 
 TEXT = "Hello world, this is a tiny test."
 GREEDY = dict(do_sample=False, subtalker_dosample=False)

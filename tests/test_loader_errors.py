@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as GT
 from gguf import GGUFValueType as VT
 
 import qtts
-from qtts.names import KV, TN
+from qtts.convert.names import KV, TN
 from tests import corrupt
 from tests.fixtures.build import MODEL_NAMES
 
@@ -234,7 +234,7 @@ BAD_VALUES: list[tuple[str, object, str]] = [
     (KV.GEN_REPETITION_PENALTY, -1.0, CV), (KV.GEN_REPETITION_PENALTY, INF, CV),
     (KV.GEN_TOP_K, 2**31 - 1, CV), (KV.GEN_SUB_TOP_K, 2**31, CV),
     (KV.GEN_MAX_NEW_TOKENS, 0, CV), (KV.GEN_MAX_NEW_TOKENS, 3 * 10**9, CV),
-    # the bounds of the same settings as arguments (qtts.generation), so that a file's defaults
+    # the bounds of the same settings as arguments (qtts.runtime.generation), so that a file's defaults
     # never fail at synthesis: found by the fuzzer
     (KV.T_ROPE_FREQ_BASE % KV.P_TALKER, 1e-45, CV), (KV.GEN_TEMPERATURE, 1e-7, CV),
     (KV.GEN_SUB_TEMPERATURE, 1e-30, CV), (KV.GEN_REPETITION_PENALTY, 1e-45, CV), (KV.GEN_MAX_NEW_TOKENS, 1, CV),
@@ -349,8 +349,8 @@ def test_invalid_utf8_names_file_and_key(gguf_dir: Path, tmp_path: Path, case: s
 
 @pytest.mark.parametrize("case", ["merge", "speaker", "key-name", "tensor-name"])
 def test_invalid_utf8_in_python_reader(gguf_dir: Path, tmp_path: Path, case: str) -> None:
-    from qtts.gguf_meta import read_fields
-    from qtts.quantize import quantize
+    from qtts.convert.gguf_meta import read_fields
+    from qtts.convert.quantize import quantize
 
     source, make, _ = UTF8_CASES[case]
     bad = make(gguf_dir / f"{source}.gguf", tmp_path / f"{case}.gguf")

@@ -1,4 +1,4 @@
-"""qtts.mel against librosa's filterbank and the reference's own mel_spectrogram."""
+"""qtts.runtime.mel against librosa's filterbank and the reference's own mel_spectrogram."""
 from __future__ import annotations
 
 from typing import Callable
@@ -7,7 +7,7 @@ import librosa
 import numpy as np
 import pytest
 
-from qtts.mel import log_mel_spectrogram, slaney_mel_filters
+from qtts.runtime.mel import log_mel_spectrogram, slaney_mel_filters
 from tests.conftest import _need_reference
 
 SR = 24000

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from qtts.names import KV, TN
+from qtts.convert.names import KV, TN
 
 HEADER = Path(__file__).resolve().parents[1] / "csrc" / "runtime" / "names.h"
 

@@ -1,4 +1,4 @@
-"""qtts-cli quantize / qtts.quantize: the ggml quantizer binding, the per-tensor type policy, the
+"""qtts-cli quantize / qtts.convert.quantize: the ggml quantizer binding, the per-tensor type policy, the
 converter-identical outputs, --keep, refusals and atomic writes."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from gguf.constants import GGML_QUANT_SIZES
 
 import qtts
 from qtts import _core, cli
-from qtts.prompt import build_prompt, resolve_voice
-from qtts.quantize import FILE_TYPE, TYPES, quantize
+from qtts.runtime.prompt import build_prompt, resolve_voice
+from qtts.convert.quantize import FILE_TYPE, TYPES, quantize
 from tests.fixtures.build import MODEL_NAMES
 
 K_QUANTS = ("q4_k", "q5_k", "q6_k")
@@ -88,7 +88,7 @@ def test_matches_the_converter(name: str, out_type: str, gguf_dir: Path, tmp_pat
 
 def _expected(name: str, shape: list[int], out_type: str) -> tuple[QT, QT]:
     """(the policy's type, the type after the block-size fallback), restated independently of
-    qtts.quantize."""
+    qtts.convert.quantize."""
     if not name.startswith(("talker.", "code_pred.")) or len(shape) != 2 or out_type == "f32":
         return QT.F32, QT.F32
     if out_type == "bf16":
@@ -285,7 +285,7 @@ def test_large_tensors_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     """Peak memory follows the row chunk, not the tensor (a 1.7B F32 file is 4 GB)."""
     import tracemalloc
 
-    import qtts.quantize as qz
+    import qtts.convert.quantize as qz
 
     rows = 1 << 15
     big = np.random.default_rng(2).standard_normal((rows, 256), dtype=np.float32)

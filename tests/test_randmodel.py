@@ -1,4 +1,4 @@
-"""qtts.randmodel: full-size random-weight checkpoints written with numpy from committed tables.
+"""qtts.convert.randmodel: full-size random-weight checkpoints written with numpy from committed tables.
 
 The tables (python/qtts/data/releases/*.json) are regenerated here from the reference's own
 classes (tests/fixtures/releases.py, meta device) and must equal the committed files; the
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qtts import randmodel
-from qtts.safetensors_io import read_header
+from qtts.convert import randmodel
+from qtts.convert.safetensors_io import read_header
 
 TABLE_DIR = Path(randmodel.__file__).resolve().parent / "data" / "releases"
 
@@ -141,7 +141,7 @@ def test_init_rules_match_tooling() -> None:
 
 def test_random_0b6_base_generates(tmp_path: Path) -> None:
     import qtts
-    from qtts.convert import convert
+    from qtts.convert.checkpoint import convert
 
     t0 = time.perf_counter()
     ck = randmodel.write_random_checkpoint("0.6B-Base", tmp_path / "ck", seed=0)
@@ -197,7 +197,7 @@ def test_random_tensor_statistics(section: str, name: str, mean: float, std: flo
 
 
 def test_tokenizer_has_the_released_special_ids(tmp_path: Path) -> None:
-    from qtts.tokenizer import Tokenizer
+    from qtts.runtime.tokenizer import Tokenizer
 
     table = randmodel.release_table("0.6B-CustomVoice")
     randmodel._write_tokenizer(tmp_path, table["config"])

@@ -1,4 +1,4 @@
-"""qtts.refaudio: reading, mixdown and resampling against soundfile, librosa and the reference."""
+"""qtts.runtime.refaudio: reading, mixdown and resampling against soundfile, librosa and the reference."""
 from __future__ import annotations
 
 import re
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from qtts.refaudio import audio_fingerprint, load_reference_audio
+from qtts.runtime.refaudio import audio_fingerprint, load_reference_audio
 from tests.conftest import _need_reference
 
 SR = 24000

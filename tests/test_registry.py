@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import qtts
-from qtts.registry import MODELS, fetch
+from qtts.convert.registry import MODELS, fetch
 
 
 def _fake_cache(hf_home: Path, repo_id: str, checkpoint: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import qtts
-from qtts.convert import convert
+from qtts.convert.checkpoint import convert
 from tests.fixtures.releases import RELEASES, SPEAKERS, write_release
 
 # Parameter counts of the released model.safetensors files (qwen3-tts-spec.md §0).

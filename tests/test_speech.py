@@ -8,10 +8,10 @@ import pytest
 import soundfile as sf
 
 import qtts
-from qtts.audio import pcm16
-from qtts.generation import resolve_settings
-from qtts.prompt import build_prompt, resolve_voice
-from qtts.text import split_text
+from qtts.runtime.audio import pcm16
+from qtts.runtime.generation import resolve_settings
+from qtts.runtime.prompt import build_prompt, resolve_voice
+from qtts.runtime.text import split_text
 
 TEXT = "Hello world, this is a tiny test."
 GREEDY = dict(do_sample=False, subtalker_dosample=False)

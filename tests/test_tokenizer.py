@@ -1,4 +1,4 @@
-"""qtts.tokenizer against the reference Qwen2TokenizerFast on the tiny fixture checkpoints."""
+"""qtts.runtime.tokenizer against the reference Qwen2TokenizerFast on the tiny fixture checkpoints."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qtts.tokenizer import (
+from qtts.runtime.tokenizer import (
     Tokenizer, TokenizerData, TokenType, assistant_text, instruct_text, ref_text,
     tokenizer_metadata,
 )

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import qtts.audio
+import qtts.runtime.audio
 from qtts.atomic import atomic_output, describe_os_error
-from qtts.audio import save_audio
+from qtts.runtime.audio import save_audio
 
 RATE = 24000
 
@@ -76,7 +76,7 @@ class _FullDisk:
 def test_disk_full_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "a.wav"
     old = _old_file(out)
-    monkeypatch.setattr(qtts.audio, "open", lambda path, mode: _FullDisk(path, mode, 1000), raising=False)
+    monkeypatch.setattr(qtts.runtime.audio, "open", lambda path, mode: _FullDisk(path, mode, 1000), raising=False)
     with pytest.raises(OSError, match=f"cannot write {out}: no space left on the device \\(disk full\\)") as e:
         save_audio(out, _tone(1.0), RATE)
     assert e.value.errno == errno.ENOSPC
@@ -86,7 +86,7 @@ def test_disk_full_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Monkey
 _FSIZE_LIMITED = """
 import resource, signal, sys
 import numpy as np
-from qtts.audio import save_audio
+from qtts.runtime.audio import save_audio
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, (50000, 50000))
 try:
@@ -110,7 +110,7 @@ def test_file_size_limit_is_a_clean_error(tmp_path: Path) -> None:
 _STALLED = """
 import sys, time
 import numpy as np
-import qtts.audio
+import qtts.runtime.audio
 
 class Stalled:
     def __init__(self, path, mode):
@@ -125,8 +125,8 @@ class Stalled:
     def __exit__(self, *exc):
         self.f.close()
 
-qtts.audio.open = Stalled
-qtts.audio.save_audio(sys.argv[1], np.zeros(24000 * 60, np.float32), 24000)
+qtts.runtime.audio.open = Stalled
+qtts.runtime.audio.save_audio(sys.argv[1], np.zeros(24000 * 60, np.float32), 24000)
 """
 
 

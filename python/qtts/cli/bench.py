@@ -25,7 +25,7 @@ TYPES = ("f32", "bf16", "q8_0", "q4_k")
 
 
 def machine() -> dict[str, Any]:
-    from ._native import core
+    from .._native import core
 
     return {"machine": platform.machine(), "cpu_count": os.cpu_count(), "load_avg": os.getloadavg()[0],
             "cpu_features": list(core.cpu_features()), "ggml": core.ggml_version(),
@@ -34,9 +34,9 @@ def machine() -> dict[str, Any]:
 
 def prepare(release: str, qtype: str, seed: int, log: Any = None) -> Path:
     """The cached GGUF of a random-weight release at `qtype` (built on first use)."""
-    from .convert import convert
-    from .randmodel import write_random_checkpoint
-    from .registry import cache_dir
+    from ..convert.checkpoint import convert
+    from ..convert.randmodel import write_random_checkpoint
+    from ..convert.registry import cache_dir
 
     root = cache_dir() / "bench" / f"{release}-seed{seed}"
     out = root / f"{qtype}.gguf"
@@ -67,7 +67,7 @@ def _settings(frames: int, seed: int) -> dict[str, Any]:
 
 def speed_worker(gguf: str, threads: int, frames: int, seed: int) -> dict[str, Any]:
     import qtts
-    from .cloning import create_voice
+    from ..runtime.cloning import create_voice
 
     t0 = time.perf_counter()
     m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False)
@@ -99,8 +99,8 @@ def reference_worker(hf_dir: str, threads: int, frames: int, seed: int) -> dict[
     """The official qwen-tts on the same checkpoint: fp32, x-vector voice, same frame count."""
     import torch
 
-    from ._reference import install
-    from .audio import peak_rss_mb
+    from .._reference import install
+    from ..runtime.audio import peak_rss_mb
 
     install()  # placeholders for the reference's optional audio imports
     from qwen_tts import Qwen3TTSModel
@@ -153,7 +153,7 @@ def quality_worker(ggufs: list[str], threads: int, frames: int) -> dict[str, Any
     import numpy as np
 
     import qtts
-    from .prompt import build_prompt, resolve_voice
+    from ..runtime.prompt import build_prompt, resolve_voice
 
     models = [qtts.Model(g, n_threads=threads, device="cpu", voice_cache=False) for g in ggufs]
     ref = models[0]
@@ -211,10 +211,10 @@ def run_micro(a: argparse.Namespace) -> dict[str, Any]:
     """Weight-free stages, best of `repeat`: the sampler, the mel front end, resampling, PCM packing."""
     import numpy as np
 
-    from ._native import core
-    from .audio import pcm16
-    from .mel import log_mel_spectrogram
-    from .refaudio import load_reference_audio
+    from .._native import core
+    from ..runtime.audio import pcm16
+    from ..runtime.mel import log_mel_spectrogram
+    from ..runtime.refaudio import load_reference_audio
 
     rng = np.random.default_rng(a.seed)
     logits = rng.standard_normal((1000, 3072)).astype(np.float32) * 3
@@ -247,7 +247,7 @@ def format_micro(r: dict[str, Any]) -> str:
 
 
 def _worker(kind: str, *args: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "qtts.bench", kind, *args]
+    cmd = [sys.executable, "-m", "qtts.cli.bench", kind, *args]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"benchmark worker {kind} failed:\n{p.stderr[-3000:]}")
@@ -264,7 +264,7 @@ def run_speed(a: argparse.Namespace) -> dict[str, Any]:
         if log:
             log(f"{qtype}: " + json.dumps(out["results"][qtype]))
     if a.compare_reference:
-        from .registry import cache_dir
+        from ..convert.registry import cache_dir
 
         hf = cache_dir() / "bench" / f"{a.release}-seed{a.seed}" / "hf"
         out["reference"] = _worker("reference", str(hf), str(a.threads), str(a.frames), str(a.seed))

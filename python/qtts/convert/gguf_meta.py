@@ -6,7 +6,7 @@ from typing import Any
 
 from gguf import GGUFReader, GGUFValueType
 
-from .tokenizer import TokenizerData
+from ..runtime.tokenizer import TokenizerData
 
 
 def _text(path: str | Path, key: str, raw: bytes) -> str:
@@ -40,7 +40,7 @@ def read_fields(path: str | Path) -> tuple[GGUFReader, dict[str, Any]]:
 
 
 def read_tokenizer(path: str | Path) -> TokenizerData:
-    from ._native import core
+    from .._native import core
 
     tokens, types, merges = core.read_tokenizer(str(path))
     return TokenizerData(tokens=tokens, token_types=types, merges=merges)

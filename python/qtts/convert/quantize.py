@@ -31,11 +31,11 @@ from gguf import GGUFValueType as VT
 from gguf import GGUFWriter, ReaderTensor, quants
 from gguf.constants import GGML_QUANT_SIZES
 
-from ._native import core
+from .._native import core
 from .gguf_meta import read_fields
 from .gguf_write import OutTensor, write_gguf
 from .names import KV, TN
-from .threads import resolve_threads
+from ..threads import resolve_threads
 from .weight_types import FILE_TYPE, WEIGHT_TYPES
 
 # The type of each tensor role per target (see role_of), before the block-size fallback:

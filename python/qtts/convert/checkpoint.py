@@ -43,8 +43,8 @@ from . import hfconfig
 from .gguf_write import OutTensor, write_gguf
 from .names import KV, TN
 from .safetensors_io import TensorRef, open_checkpoint, to_f32
-from .threads import resolve_threads
-from .tokenizer import tokenizer_metadata
+from ..threads import resolve_threads
+from ..runtime.tokenizer import tokenizer_metadata
 from .weight_types import FILE_TYPE, K_QUANT_TYPES, WEIGHT_TYPES
 
 _FULL_TYPES = {"f32": QT.F32, "bf16": QT.BF16, "q8_0": QT.Q8_0}
@@ -400,7 +400,7 @@ def _encode(e: Entry, n_threads: int) -> Iterator[bytes]:
         if e.qtype == QT.F32:
             yield c.tobytes()
         elif e.qtype in _K_QUANTS:
-            from ._native import core  # the quantizer `qtts.quantize` uses: the same bytes
+            from .._native import core  # the quantizer `qtts.quantize` uses: the same bytes
 
             yield core.quantize(c.reshape(-1, c.shape[-1]), e.qtype.name.lower(), n_threads)
         else:

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._native import core
-from .model import check_gguf_path, supported_languages
+from .._native import core
+from ..runtime.model import check_gguf_path, supported_languages
 from .names import KV
 
 

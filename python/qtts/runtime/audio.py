@@ -94,7 +94,7 @@ def save_audio(path: str | os.PathLike[str], samples: np.ndarray, sample_rate: i
     """
     import soundfile as sf
 
-    from .atomic import atomic_output, describe_os_error
+    from ..atomic import atomic_output, describe_os_error
 
     p = Path(path)
     fmt = {".wav": "WAV", ".flac": "FLAC", ".ogg": "OGG"}.get(p.suffix.lower())

@@ -59,7 +59,7 @@ def fetch(repo_id: str, out_dir: str | os.PathLike[str], out_type: str = "q8_0",
           revision: str | None = None, log: Callable[[str], None] | None = None) -> Path:
     """Download (or find in the cache) a checkpoint and convert it to `<out_dir>/<name>-<type>.gguf`;
     an existing output is reused."""
-    from .convert import convert
+    from .checkpoint import convert
 
     if out_type not in WEIGHT_TYPES:
         raise ValueError(f"convert_type must be one of {', '.join(WEIGHT_TYPES)}, got {out_type!r}")

@@ -12,7 +12,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFWriter
 
-from .atomic import atomic_output
+from ..atomic import atomic_output
 from .names import KV
 
 ALIGNMENT = 64

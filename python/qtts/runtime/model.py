@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._native import core
+from .._native import core
 from . import speech
 from .audio import Audio, AudioChunk, Timings
 from . import cloning
@@ -18,10 +18,10 @@ from .compat import QwenTTSCompat
 from .generation import SETTINGS, GenerationResult, check_bool, check_int, check_text, per_frame_timings
 from .generation import resolve_settings
 from .generation import frame_budget as frame_budget_for
-from .gguf_meta import read_tokenizer
+from ..convert.gguf_meta import read_tokenizer
 from .prompt import build_prompt, resolve_voice
 from .text import SplitSentences
-from .threads import resolve_threads
+from ..threads import resolve_threads
 from .tokenizer import Tokenizer
 from .voice import Voice, VoiceCache, model_fingerprint
 
@@ -63,7 +63,7 @@ class Model(QwenTTSCompat):
         self._lock = _SessionLock()
         self._fingerprint: str | None = None
         if voice_cache is True:
-            from .registry import cache_dir
+            from ..convert.registry import cache_dir
 
             voice_cache = cache_dir() / "voices"
         self.voice_cache = VoiceCache(voice_cache) if voice_cache else None
@@ -335,7 +335,7 @@ def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device:
     downloaded into the Hugging Face cache (needs the `hub` extra; HF_HUB_OFFLINE is honoured),
     converted once to `convert_type` in the qtts cache ($QTTS_CACHE, default ~/.cache/qtts) and
     reused afterwards. n_threads defaults to the physical cores available."""
-    from .registry import is_repo_id, fetch, cache_dir
+    from ..convert.registry import is_repo_id, fetch, cache_dir
 
     if is_repo_id(model):
         model = fetch(str(model), cache_dir(), convert_type)

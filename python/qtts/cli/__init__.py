@@ -19,22 +19,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cli_args import CliError, Parser, UsageError, decode_text, frame_budget
-from .cli_args import seed as seed_arg, setting as setting_arg, threads as threads_arg, utf8
-from .cli_progress import busy, generation_bar, tensor_log
-from .text import SPLIT_ABOVE_CHARS
-from .weight_types import WEIGHT_TYPES
+from .args import CliError, Parser, UsageError, decode_text, frame_budget
+from .args import seed as seed_arg, setting as setting_arg, threads as threads_arg, utf8
+from .progress import busy, generation_bar, tensor_log
+from ..runtime.text import SPLIT_ABOVE_CHARS
+from ..convert.weight_types import WEIGHT_TYPES
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
-    from .cloning import CloneTimings
-    from .voice import Voice
+    from ..runtime.cloning import CloneTimings
+    from ..runtime.voice import Voice
 
 COMMANDS = ("speak", "voice", "convert", "quantize", "info", "speakers", "languages", "bench")
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from .convert import convert
+    from ..convert.checkpoint import convert
 
     with tensor_log(args) as log:
         out = convert(args.hf_dir, args.output, args.type, log=log, n_threads=args.threads)
@@ -49,7 +49,7 @@ QUANTIZE_DESCRIPTION = ("Change the type of the talker and code-predictor weight
 
 
 def _quantize(args: argparse.Namespace) -> int:
-    from .quantize import quantize
+    from ..convert.quantize import quantize
 
     # every line: each says which type a tensor got and why (fallbacks, --keep)
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
@@ -85,8 +85,8 @@ def main_quantize(argv: Sequence[str] | None = None) -> int:
 
 def _load(args: argparse.Namespace, **kw: Any) -> Any:
     """qtts.load, where a repo id's one-time conversion reports like `convert` does."""
-    from . import load
-    from .registry import cache_dir, fetch, is_repo_id
+    from .. import load
+    from ..convert.registry import cache_dir, fetch, is_repo_id
 
     model = args.model
     if is_repo_id(model):
@@ -96,7 +96,7 @@ def _load(args: argparse.Namespace, **kw: Any) -> Any:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .inspect import inspect
+    from ..convert.info import inspect
 
     info = inspect(args.model)
     print(info.to_json() if args.json else info.format())
@@ -217,8 +217,8 @@ def _synth(model: Any, text: str, kw: dict[str, Any], show: bool) -> tuple[Any, 
 
 def _stream_raw(model: Any, text: str, kw: dict[str, Any], args: argparse.Namespace) -> tuple[None, str, Any]:
     """Stream s16le PCM to stdout as it is generated: (None, stop_reason, timings)."""
-    from .audio import Timings, pcm16
-    from .speech import Progress
+    from ..runtime.audio import Timings, pcm16
+    from ..runtime.speech import Progress
 
     timings, out, frames, n, reason = Timings(), sys.stdout.buffer, 0, 0, "eos"
     t0 = time.perf_counter()
@@ -246,7 +246,7 @@ def _write(samples: Any, sample_rate: int, dest: str) -> None:
         sys.stdout.buffer.write(buf.getvalue())
         sys.stdout.buffer.flush()
     else:
-        from .audio import save_audio
+        from ..runtime.audio import save_audio
 
         save_audio(dest, samples, sample_rate)
 
@@ -277,7 +277,7 @@ def _speak(args: argparse.Namespace) -> int:
     _check_clone_args(args)
     voice, clone = None, None
     if args.voice is not None:
-        from .voice import Voice
+        from ..runtime.voice import Voice
 
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
@@ -329,7 +329,7 @@ def _speak(args: argparse.Namespace) -> int:
 def _clone(model: Any, args: argparse.Namespace) -> tuple[Voice, CloneTimings]:
     """(Voice, CloneTimings) from --ref-audio, made once so every line reuses it; through the
     model's voice cache, as synthesize(ref_audio=...) would."""
-    from . import cloning
+    from ..runtime import cloning
 
     show = not args.quiet and sys.stderr.isatty()
     with busy("encoding the reference clip (speaker embedding, codec)", show):
@@ -458,7 +458,7 @@ def _add_voice(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     p = Parser(prog="qtts-cli", description="Qwen3-TTS on ggml. `speak` is the default command: "
                                 "qtts-cli -m MODEL -p TEXT -o out.wav")
@@ -531,6 +531,3 @@ def _silence_stdout() -> None:
     except OSError:
         pass
 
-
-if __name__ == "__main__":
-    sys.exit(main())

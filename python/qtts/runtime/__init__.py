@@ -1,0 +1,1 @@
+"""The runtime: a loaded model, its engine, prompts, synthesis, voices and audio."""
