@@ -1,6 +1,6 @@
 """qtts.convert.randmodel: full-size random-weight checkpoints written with numpy from committed tables.
 
-The tables (python/qtts/data/releases/*.json) are regenerated here from the reference's own
+The tables (python/qtts/convert/data/releases/*.json) are regenerated here from the reference's own
 classes (tests/fixtures/releases.py, meta device) and must equal the committed files; the
 per-tensor init rules are checked against the test tooling's init (reference init, then
 refmodels.reinit_fan_in / randomize_constant_tensors / calibrate_codec_output) by comparing
