@@ -3,7 +3,8 @@ depends on shapes only). Prints ms per frame for each thread count, each in a fr
 
     python benchmarks/bench_vocoder.py [--frames 100] [--threads 1 2] [--repeat 3] [--gguf PATH]
 
-The reference (qwen-tts 0.1.1, torch fp32, 2 threads) takes 51 ms/frame (shared/docs/targets.md).
+The reference (qwen-tts 0.1.1, torch fp32, 2 threads) took 51 ms/frame on this project's 2-core
+x86 machine (100 frames of the released codec's shapes); machines differ, so compare on one.
 """
 from __future__ import annotations
 

@@ -203,8 +203,8 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def test_decode_step_logits_match_reference(models, reference_models):
-    """One KV-cached talker step (the summed frame input of spec §2.6) against the reference run
-    over the whole sequence without a cache."""
+    """One KV-cached talker step on the summed frame input (docs/model.md, "Generation loop")
+    against the reference run over the whole sequence without a cache."""
     import torch
 
     name, request = CASES[0]

@@ -1,7 +1,7 @@
 """Read a released Qwen3-TTS checkpoint's configs and turn them into GGUF metadata.
 
 Only config.json is trusted for hyper-parameters: the reference's Python class defaults differ
-from the released models (spec §0).
+from the released models (docs/model.md, "Configuration").
 """
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def metadata(ck: Checkpoint) -> list[tuple[str, Any, str]]:
 
 
 def _int_id(f: _Fields, field: str, v: Any) -> int:
-    # spk_id values may be plain ints or 1-element lists (spec §0.2)
+    # spk_id values may be plain ints or 1-element lists (docs/model.md, "Configuration")
     if isinstance(v, list) and len(v) == 1:
         v = v[0]
     if not isinstance(v, int) or isinstance(v, bool):
