@@ -189,7 +189,7 @@ void tile_rows_avx512(const Gemm & g, int64_t pstride, int64_t cstep, int64_t mt
 #endif
 
 // Up to 6 rows of one panel. Which code a lane takes depends only on the path and the panel width.
-void tile(const Gemm & g, int64_t mt, SimdPath path) {
+void tile(const Gemm & g, int64_t mt, [[maybe_unused]] SimdPath path) {
     int64_t o = 0;
 #ifdef QTTS_X86
     if (path >= SimdPath::avx2) {

@@ -48,7 +48,7 @@ QTTS_AVX2 void elu_row_avx2(const float * x, float * y, int64_t n) {
 void elu_left_op(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor *x = dst->src[0], *left = dst->src[1];
     const int64_t C = dst->ne[0], n = x->ne[1], P = left ? left->ne[1] : 0, rows = dst->ne[1];
-    const bool avx2 = simd_path() >= SimdPath::avx2;
+    [[maybe_unused]] const bool avx2 = simd_path() >= SimdPath::avx2;
     for (int64_t r = rows * ith / nth; r < rows * (ith + 1) / nth; ++r) {
         float * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + r * dst->nb[1]);
         if (r < P) {

@@ -82,7 +82,7 @@ QTTS_AVX512 void snake_row_avx512(const float * x, const float * ea, const float
 
 void snake_op(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor *x = dst->src[0], *ea = dst->src[1], *ib = dst->src[2], *left = dst->src[3];
-    const SimdPath path = simd_path();
+    [[maybe_unused]] const SimdPath path = simd_path();
     const int64_t C = dst->ne[0], n = x->ne[1], P = dst->ne[1] - n, rows = dst->ne[1];
     const int64_t r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
     const float *a = static_cast<const float *>(ea->data), *b = static_cast<const float *>(ib->data);
