@@ -11,8 +11,7 @@ and the codec encoder build them.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -35,7 +34,7 @@ def path(request: pytest.FixtureRequest) -> Iterator[str]:
         ops.set_simd_path(PATHS[-1])
 
 
-def on_paths(fn: Any) -> dict[str, np.ndarray]:
+def on_paths(fn: Callable[[], np.ndarray]) -> dict[str, np.ndarray]:
     """fn() computed on each path this CPU has."""
     out = {}
     try:
@@ -344,6 +343,6 @@ Z = np.zeros
     (lambda: ops.time_stats(Z((3, 4)), Z((3, 5))), "logits: dimension 1 is 5"),
     (lambda: ops.time_stats(Z((3, 4)), n_threads=-2), "n_threads must be at least 1"),
 ])
-def test_runners_name_the_bad_argument(call: Any, match: str) -> None:
+def test_runners_name_the_bad_argument(call: Callable[[], object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
