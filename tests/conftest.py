@@ -1,14 +1,46 @@
-"""Shared fixtures: tiny reference checkpoints and their GGUF conversions (built once, cached)."""
+"""Shared fixtures: tiny reference checkpoints and their GGUF conversions (built once, cached).
+
+Tests that need torch and the qwen-tts reference carry the `reference` marker: set here for every
+test that uses `fixture_root` (directly or through gguf_dir, reference_models, ...) or a fixture
+named reference_*, explicitly on the few that call _need_reference() themselves. The rest, the
+torch-free group, runs with `python -m pytest -m "not reference"`; QTTS_BLOCK_TORCH=1 makes
+`import torch` fail (and a test that asks for the reference fail instead of skipping), which
+proves that the group needs no torch.
+"""
 from __future__ import annotations
 
+import importlib.abc
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.fixtures.build import MODEL_NAMES
 
 IN_CI = bool(os.environ.get("CI"))
+BLOCK_TORCH = bool(os.environ.get("QTTS_BLOCK_TORCH"))
+
+
+class _TorchBlocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(f"import of {name} blocked by QTTS_BLOCK_TORCH")
+        return None
+
+
+if BLOCK_TORCH:
+    if "torch" in sys.modules:
+        raise RuntimeError("QTTS_BLOCK_TORCH is set but torch was imported before tests/conftest.py")
+    sys.meta_path.insert(0, _TorchBlocker())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "fixture_root" in names or any(n.startswith("reference") for n in names):
+            item.add_marker(pytest.mark.reference)
 
 
 def _need_reference() -> None:
@@ -16,7 +48,7 @@ def _need_reference() -> None:
         from tests.fixtures import refmodels  # noqa: F401  (installs import stubs, imports qwen_tts)
     except ImportError as e:  # the reference is a test dependency: CI must have it
         msg = f"the qwen-tts reference is not installed ({e}); see README.md for the test command"
-        if IN_CI:
+        if IN_CI or BLOCK_TORCH:
             pytest.fail(msg)
         pytest.skip(msg)
 

@@ -70,6 +70,7 @@ def write_tables(out: Path = TABLE_DIR) -> None:
 # (1) committed tables == the reference classes
 # ------------------------------------------------------------------------------------------
 
+@pytest.mark.reference
 def test_tables_match_reference() -> None:
     _need_reference()
     from tests.fixtures.releases import RELEASES
@@ -124,6 +125,7 @@ def _check_moments(name: str, t: np.ndarray, init: randmodel.Init) -> None:
     assert abs(float(t.std()) / std - 1) < tol, (name, float(t.std()), std)
 
 
+@pytest.mark.reference
 def test_init_rules_match_tooling() -> None:
     _need_reference()
     tts, codec = _reference_modules()

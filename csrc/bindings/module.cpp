@@ -21,6 +21,8 @@
 namespace py = pybind11;
 using namespace qtts;
 
+void bind_ops(py::module_ & mod);  // bindings/ops.cpp
+
 namespace {
 
 py::dict transformer_dict(const TransformerHParams & hp) {
@@ -540,4 +542,5 @@ PYBIND11_MODULE(_core, mod) {
              "Start a stepwise generation: validate, size the cache, prefill.")
         .def("generate_next", &generate_next, py::arg("max_frames"),
              "Up to max_frames more frames: (codes [n, 16], stop reason or None while running, timing totals).");
+    bind_ops(mod);
 }

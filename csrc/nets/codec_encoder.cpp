@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/vocoder_ops.h"
-#include "ops/encoder_ops.h"
+#include "ops/conv_gemm.h"
+#include "ops/elu_left.h"
 #include "runtime/error.h"
 #include "runtime/graph.h"
 #include "runtime/session.h"

@@ -13,7 +13,8 @@
 #include <cmath>
 #include <string>
 
-#include "ops/vocoder_ops.h"
+#include "ops/conv_gemm.h"
+#include "ops/snake_beta.h"
 #include "runtime/transformer.h"
 #include "runtime/error.h"
 #include "runtime/graph.h"

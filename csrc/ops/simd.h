@@ -1,5 +1,5 @@
-// Run-time SIMD dispatch for the custom ops: the wheel's baseline is SSE only, so AVX2/FMA and
-// AVX-512 kernels are compiled with target attributes and chosen when the CPU has them.
+// Run-time SIMD dispatch for the custom ops: the wheel's baseline is SSE only, so the AVX2/FMA
+// and AVX-512 kernels are compiled with target attributes and chosen per call from simd_path().
 #pragma once
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -11,22 +11,19 @@
 
 namespace qtts {
 
-inline bool has_avx2() {
-#ifdef QTTS_X86
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return yes;
-#else
-    return false;
-#endif
-}
+// Ordered: a path may use the kernels of every path below it.
+enum class SimdPath { scalar = 0, avx2 = 1, avx512 = 2 };
 
-inline bool has_avx512() {
-#ifdef QTTS_X86
-    static const bool yes = has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-    return yes;
-#else
-    return false;
-#endif
-}
+// The best path this CPU supports (avx2 needs FMA too, avx512 needs AVX-512F and VL).
+SimdPath best_simd_path();
+
+// The path the ops take now: best_simd_path() unless a test lowered it. Each op reads it once
+// per call and thread (one relaxed atomic load), so a switch takes effect at the next graph.
+SimdPath simd_path();
+
+// Test-only: make the ops take `path` (one the CPU supports; fails with Error otherwise).
+void set_simd_path(SimdPath path);
+
+const char * simd_path_name(SimdPath path);
 
 }  // namespace qtts

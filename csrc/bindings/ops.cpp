@@ -1,0 +1,222 @@
+// qtts._core.ops: the custom CPU ops one at a time, for op-level tests. Each runner builds a
+// one-op graph on the CPU backend from numpy arrays and returns the result; arrays are
+// time-major ([T, C] in numpy is ne = [C, T] in ggml), conv weights in the panel layout
+// [N/P, K, Cin, P]. Shapes are checked here, naming the argument, before ggml sees them.
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include "ops/conv_gemm.h"
+#include "ops/elu_left.h"
+#include "ops/simd.h"
+#include "ops/snake_beta.h"
+#include "ops/time_stats.h"
+#include "runtime/error.h"
+
+namespace py = pybind11;
+using namespace qtts;
+
+namespace {
+
+using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+constexpr SimdPath kPaths[] = {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512};
+
+// The shape of `a`, checked against `ndim` and, where `want` is not -1, each dimension.
+std::vector<int64_t> shape(const Floats & a, const char * name, std::vector<int64_t> want) {
+    if (a.ndim() != static_cast<py::ssize_t>(want.size())) {
+        throw Error(format("%s must be a %zu-D array, got %d-D", name, want.size(), static_cast<int>(a.ndim())));
+    }
+    std::vector<int64_t> s(want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        s[i] = a.shape(static_cast<py::ssize_t>(i));
+        if (s[i] < 1) throw Error(format("%s has an empty dimension %zu", name, i));
+        if (want[i] != -1 && s[i] != want[i]) {
+            throw Error(format("%s: dimension %zu is %lld, expected %lld", name, i, static_cast<long long>(s[i]),
+                               static_cast<long long>(want[i])));
+        }
+    }
+    return s;
+}
+
+void check_threads(int n_threads) {
+    if (n_threads < 1) throw Error(format("n_threads must be at least 1, got %d", n_threads));
+}
+
+// A one-op graph: inputs are declared (numpy order), then the op, then run() computes it.
+class OneOp {
+public:
+    OneOp() {
+        ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, /*no_alloc=*/true};
+        ctx_ = ggml_init(ip);
+        cpu_ = ggml_backend_cpu_init();
+        if (!ctx_ || !cpu_) fail("could not initialise the CPU backend");
+    }
+    ~OneOp() {
+        if (buf_) ggml_backend_buffer_free(buf_);
+        if (cpu_) ggml_backend_free(cpu_);
+        if (ctx_) ggml_free(ctx_);
+    }
+    OneOp(const OneOp &) = delete;
+    OneOp & operator=(const OneOp &) = delete;
+
+    ggml_context * ctx() { return ctx_; }
+
+    // A tensor with the numpy shape `np_shape` reversed, filled from `a` at run().
+    ggml_tensor * input(const Floats & a, const std::vector<int64_t> & np_shape) {
+        int64_t ne[4] = {1, 1, 1, 1};
+        for (size_t i = 0; i < np_shape.size(); ++i) ne[i] = np_shape[np_shape.size() - 1 - i];
+        ggml_tensor * t = ggml_new_tensor_4d(ctx_, GGML_TYPE_F32, ne[0], ne[1], ne[2], ne[3]);
+        inputs_.push_back({t, a});
+        return t;
+    }
+
+    // An unfilled tensor of n floats: allocated in order, it shifts the tensors after it.
+    void spacer(int64_t n) { ggml_new_tensor_1d(ctx_, GGML_TYPE_F32, n); }
+
+    py::array_t<float> run(ggml_tensor * out, int n_threads) {
+        ggml_cgraph * gf = ggml_new_graph(ctx_);
+        ggml_build_forward_expand(gf, out);
+        buf_ = ggml_backend_alloc_ctx_tensors(ctx_, cpu_);
+        if (!buf_) fail("could not allocate the op's tensors");
+        for (const auto & in : inputs_) ggml_backend_tensor_set(in.first, in.second.data(), 0, ggml_nbytes(in.first));
+        ggml_backend_cpu_set_n_threads(cpu_, n_threads);
+        ggml_status status;
+        {
+            py::gil_scoped_release release;
+            status = ggml_backend_graph_compute(cpu_, gf);
+        }
+        if (status != GGML_STATUS_SUCCESS) fail("the op's graph failed to compute");
+        py::array_t<float> y({static_cast<py::ssize_t>(out->ne[1]), static_cast<py::ssize_t>(out->ne[0])});
+        ggml_backend_tensor_get(out, y.mutable_data(), 0, ggml_nbytes(out));
+        return y;
+    }
+
+private:
+    ggml_context * ctx_ = nullptr;
+    ggml_backend_t cpu_ = nullptr;
+    ggml_backend_buffer_t buf_ = nullptr;
+    std::vector<std::pair<ggml_tensor *, Floats>> inputs_;
+};
+
+py::array_t<float> run_conv_gemm(const Floats & xp, const Floats & w, int64_t n, const std::optional<Floats> & bias,
+                                 const std::optional<Floats> & residual, int64_t stride, int n_threads) {
+    check_threads(n_threads);
+    const std::vector<int64_t> ws = shape(w, "w", {-1, -1, -1, -1});
+    const int64_t panels = ws[0], K = ws[1], cin = ws[2], P = ws[3], N = panels * P;
+    const int64_t T = shape(xp, "xp", {-1, cin})[0];
+    if (n < 1) throw Error(format("n must be at least 1, got %lld", static_cast<long long>(n)));
+    if (stride < 1) throw Error(format("stride must be at least 1, got %lld", static_cast<long long>(stride)));
+    if (stride == 1 && (T < n || (K == 1 ? T != n : (T - n) % (K - 1) != 0))) {
+        throw Error(format("xp has %lld rows: n + (K-1)*d expected for n = %lld outputs of a kernel-%lld conv",
+                           static_cast<long long>(T), static_cast<long long>(n), static_cast<long long>(K)));
+    }
+    if (stride > 1 && T < (n - 1) * stride + K) {
+        throw Error(format("xp has %lld rows: at least (n-1)*stride + K = %lld expected", static_cast<long long>(T),
+                           static_cast<long long>((n - 1) * stride + K)));
+    }
+    if (bias) shape(*bias, "bias", {N});
+    if (residual) shape(*residual, "residual", {n, N});
+
+    OneOp op;
+    // the avx512 path copies weights that start off a cache line to an aligned buffer: put them
+    // 32 bytes off one (ggml's CPU buffers are line-aligned) so that the tests exercise the copy
+    op.spacer(8);
+    ggml_tensor * wt = op.input(w, ws);
+    ggml_tensor * x = op.input(xp, {T, cin});
+    ggml_tensor * b = bias ? op.input(*bias, {N}) : nullptr;
+    ggml_tensor * r = residual ? op.input(*residual, {n, N}) : nullptr;
+    ggml_context * ctx = op.ctx();
+    if (stride > 1) {
+        // as the codec encoder's strided convs: windows of K rows every `stride` rows, read as one
+        // K = 1 conv over K*Cin channels (ggml_view_2d refuses views larger than dense: patch a 1-D one)
+        ggml_tensor * v = ggml_view_1d(ctx, x, cin * K, 0);
+        v->ne[1] = n;
+        v->nb[1] = stride * x->nb[1];
+        v->nb[2] = v->nb[3] = v->nb[1] * n;
+        x = v;
+        wt = ggml_reshape_4d(ctx, wt, P, cin * K, 1, panels);
+    }
+    return op.run(conv_gemm(ctx, x, wt, n, b, r), n_threads);
+}
+
+py::array_t<float> run_snake_beta(const Floats & x, const Floats & exp_alpha, const Floats & inv_beta,
+                                  const std::optional<Floats> & left, int n_threads) {
+    check_threads(n_threads);
+    const std::vector<int64_t> xs = shape(x, "x", {-1, -1});
+    const int64_t C = xs[1];
+    shape(exp_alpha, "exp_alpha", {C});
+    shape(inv_beta, "inv_beta", {C});
+    OneOp op;
+    ggml_tensor * xt = op.input(x, xs);
+    ggml_tensor * ea = op.input(exp_alpha, {C});
+    ggml_tensor * ib = op.input(inv_beta, {C});
+    ggml_tensor * lt = left ? op.input(*left, shape(*left, "left", {-1, C})) : nullptr;
+    return op.run(snake_beta(op.ctx(), xt, ea, ib, lt), n_threads);
+}
+
+py::array_t<float> run_elu_left(const Floats & x, const std::optional<Floats> & left, int64_t pad, int n_threads) {
+    check_threads(n_threads);
+    const std::vector<int64_t> xs = shape(x, "x", {-1, -1});
+    if (pad < 0) throw Error(format("pad must be at least 0, got %lld", static_cast<long long>(pad)));
+    OneOp op;
+    ggml_tensor * xt = op.input(x, xs);
+    ggml_tensor * lt = left ? op.input(*left, shape(*left, "left", {-1, xs[1]})) : nullptr;
+    return op.run(elu_left(op.ctx(), xt, lt, pad), n_threads);
+}
+
+py::array_t<float> run_time_stats(const Floats & x, const std::optional<Floats> & logits, int n_threads) {
+    check_threads(n_threads);
+    const std::vector<int64_t> xs = shape(x, "x", {-1, -1});
+    OneOp op;
+    ggml_tensor * xt = op.input(x, xs);
+    ggml_tensor * lt = logits ? op.input(*logits, shape(*logits, "logits", xs)) : nullptr;
+    return op.run(time_stats(op.ctx(), xt, lt), n_threads);
+}
+
+}  // namespace
+
+void bind_ops(py::module_ & mod) {
+    py::module_ m = mod.def_submodule("ops", "The custom CPU ops one at a time (op-level tests).");
+    m.def(
+        "simd_paths",
+        []() {
+            std::vector<std::string> out;
+            for (SimdPath p : kPaths) {
+                if (p <= best_simd_path()) out.push_back(simd_path_name(p));
+            }
+            return out;
+        },
+        "The SIMD paths this CPU supports, from scalar to the best.");
+    m.def("get_simd_path", []() { return std::string(simd_path_name(simd_path())); },
+          "The SIMD path the custom ops take now.");
+    m.def(
+        "set_simd_path",
+        [](const std::string & name) {
+            for (SimdPath p : kPaths) {
+                if (name == simd_path_name(p)) return set_simd_path(p);
+            }
+            throw Error(format("unknown SIMD path '%s' (scalar, avx2 or avx512)", name.c_str()));
+        },
+        py::arg("name"), "Test-only: make every custom op (in every model of this process) take this path.");
+    m.def("conv_gemm", &run_conv_gemm, py::arg("xp"), py::arg("w"), py::arg("n"), py::arg("bias") = py::none(),
+          py::arg("residual") = py::none(), py::kw_only(), py::arg("stride") = 1, py::arg("n_threads") = 1,
+          "y [n, N] = conv of xp [T, Cin] (left context first) with panels w [N/P, K, Cin, P]; dilation "
+          "(T - n) / (K - 1). stride > 1 reads windows of K rows every `stride` rows.");
+    m.def("snake_beta", &run_snake_beta, py::arg("x"), py::arg("exp_alpha"), py::arg("inv_beta"),
+          py::arg("left") = py::none(), py::kw_only(), py::arg("n_threads") = 1,
+          "[left; x + inv_beta * sin^2(x * exp_alpha)] for x [n, C].");
+    m.def("elu_left", &run_elu_left, py::arg("x"), py::arg("left") = py::none(), py::arg("pad") = 0, py::kw_only(),
+          py::arg("n_threads") = 1, "[left; ELU(x); pad rows of zeros] for x [n, C].");
+    m.def("time_stats", &run_time_stats, py::arg("x"), py::arg("logits") = py::none(), py::kw_only(),
+          py::arg("n_threads") = 1, "[mean; std] over time of x [T, C], uniform or softmax(logits) weighted.");
+}

@@ -1,0 +1,49 @@
+#include "ops/simd.h"
+
+#include <atomic>
+
+#include "runtime/error.h"
+
+namespace qtts {
+
+namespace {
+
+std::atomic<SimdPath> & current() {
+    static std::atomic<SimdPath> path{best_simd_path()};
+    return path;
+}
+
+}  // namespace
+
+SimdPath best_simd_path() {
+#ifdef QTTS_X86
+    static const SimdPath best = [] {
+        if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return SimdPath::scalar;
+        if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl")) return SimdPath::avx2;
+        return SimdPath::avx512;
+    }();
+    return best;
+#else
+    return SimdPath::scalar;
+#endif
+}
+
+SimdPath simd_path() { return current().load(std::memory_order_relaxed); }
+
+void set_simd_path(SimdPath path) {
+    if (path > best_simd_path()) {
+        fail("SIMD path '%s' is not available on this CPU (best: %s)", simd_path_name(path),
+             simd_path_name(best_simd_path()));
+    }
+    current().store(path, std::memory_order_relaxed);
+}
+
+const char * simd_path_name(SimdPath path) {
+    switch (path) {
+        case SimdPath::avx2: return "avx2";
+        case SimdPath::avx512: return "avx512";
+        default: return "scalar";
+    }
+}
+
+}  // namespace qtts
