@@ -19,7 +19,7 @@ def load_model(args: argparse.Namespace, **kw: Any) -> Any:
     model = args.model
     if is_repo_id(model):
         with tensor_log(argparse.Namespace(quiet=getattr(args, "quiet", False), verbose=False)) as log:
-            model = fetch(model, cache_dir(), "q8_0", log=log)
+            model = fetch(model, cache_dir(), log=log)  # at the registry's default type
     return load(model, **kw)
 
 
