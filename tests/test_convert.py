@@ -337,9 +337,10 @@ def test_cli_convert_accepts_k_quants_and_shares_the_type_list() -> None:
 
     args = cli.build_parser().parse_args(["convert", "ck", "-o", "m.gguf", "--type", "Q4_K", "-t", "1"])
     assert (args.type, args.threads) == ("q4_k", 1)
-    convert_action = next(a for a in cli.build_parser()._subparsers._group_actions[0].choices["convert"]._actions
-                          if a.dest == "type")
-    assert tuple(convert_action.choices) == cli.QUANTIZE_TYPES == tuple(TYPES)
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    convert_action, quantize_action = (next(a for a in commands[name]._actions if a.dest == "type")
+                                       for name in ("convert", "quantize"))
+    assert tuple(convert_action.choices) == tuple(quantize_action.choices) == tuple(TYPES)
 
 
 def test_unknown_type_is_refused(fixture_root: Path, tmp_path: Path) -> None:

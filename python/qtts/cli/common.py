@@ -1,0 +1,42 @@
+"""What several commands share: loading a model by path or repo id, and checking files before
+the work starts, so that a bad path fails in a moment rather than after a model load."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from .args import CliError
+from .progress import tensor_log
+
+
+def load_model(args: argparse.Namespace, **kw: Any) -> Any:
+    """qtts.load, where a repo id's one-time conversion reports like `convert` does."""
+    from .. import load
+    from ..convert.registry import cache_dir, fetch, is_repo_id
+
+    model = args.model
+    if is_repo_id(model):
+        with tensor_log(argparse.Namespace(quiet=getattr(args, "quiet", False), verbose=False)) as log:
+            model = fetch(model, cache_dir(), log=log)  # at the registry's default type
+    return load(model, **kw)
+
+
+def check_writable(p: Path) -> None:
+    path = str(p)
+    if p.is_dir():
+        raise CliError(f"{path} is a directory")
+    parent = p.parent
+    if not parent.is_dir():
+        raise CliError(f"{path}: output directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise CliError(f"{path}: not writable")
+
+
+def check_input_file(path: str, flag: str) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise CliError(f"{flag} {path}: no such file")
+    if p.is_dir():
+        raise CliError(f"{flag} {path}: is a directory")

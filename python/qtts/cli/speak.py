@@ -1,0 +1,279 @@
+"""`qtts-cli speak` (the default command): text from -p, -f or stdin to an audio file, one file per
+line (--output-dir), or raw PCM streamed to stdout (--raw); with the voice and sampling flags."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .args import CliError, decode_text, frame_budget
+from .args import seed as seed_arg, setting as setting_arg, threads as threads_arg, utf8
+from .common import check_writable, load_model
+from .progress import generation_bar
+from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
+from ..convert.hfconfig import GENERATION_DEFAULTS
+from ..runtime.speech import FRAME_RATE
+from ..runtime.text import SPLIT_ABOVE_CHARS
+
+if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
+    from ..runtime.cloning import CloneTimings
+    from ..runtime.voice import Voice
+
+AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
+# The sampling flags whose value passes to synthesize() unchanged: each flag's dest is the
+# setting's name in qwen-tts's generate() (--top-k -> top_k); --greedy sets do_sample and
+# subtalker_dosample, and -s/--seed, --frame-budget keep their names too.
+SAMPLING_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty", "max_new_tokens")
+
+
+def sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """The generation settings given on the command line; the model's defaults fill the rest."""
+    s = {k: getattr(args, k) for k in SAMPLING_SETTINGS if getattr(args, k) is not None}
+    if args.greedy:
+        s.update(do_sample=False, subtalker_dosample=False)
+    return s
+
+
+def _read_text(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    if args.file is not None and args.file != "-":
+        return decode_text(Path(args.file).read_bytes(), f"-f {args.file}")
+    if args.file is None and (sys.stdin is None or sys.stdin.isatty()):
+        raise CliError("no text: pass -p TEXT, -f FILE or pipe text on stdin")
+    return decode_text(sys.stdin.buffer.read(), "stdin")
+
+
+def _check_output(path: str) -> None:
+    """Fail before generation on an output that cannot be written."""
+    if path == "-":
+        return
+    p = Path(path)
+    if p.suffix.lower() not in AUDIO_EXTENSIONS:
+        raise CliError(f"{path}: unsupported audio extension {p.suffix or '(none)'!r} (use .wav, .flac or .ogg)")
+    check_writable(p)
+
+
+def _check_output_dir(path: str) -> None:
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise CliError(f"--output-dir {path}: not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"--output-dir {path}: cannot create it ({e.strerror or e})") from None
+    if not os.access(p, os.W_OK):
+        raise CliError(f"--output-dir {path}: not writable")
+
+
+def _need_soundfile() -> None:
+    try:
+        import soundfile  # noqa: F401
+    except ImportError:
+        raise CliError("writing audio files needs soundfile: pip install soundfile (or use --raw)") from None
+
+
+def _refuse_tty_stdout(what: str) -> None:
+    if sys.stdout.isatty():
+        raise CliError(f"refusing to write {what} to a terminal; redirect stdout or pipe it into a player")
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    return not args.quiet and sys.stderr.isatty()
+
+
+def _synth(model: Any, text: str, kw: dict[str, Any], show: bool) -> tuple[Any, str, Any]:
+    """Eager synthesis: (samples, stop_reason, timings), with a progress bar on a terminal."""
+    with generation_bar(show) as progress:
+        audio = model.synthesize(text, progress=progress, **kw)
+    return audio.samples, audio.stop_reason, audio.timings
+
+
+def _stream_raw(model: Any, text: str, kw: dict[str, Any], args: argparse.Namespace) -> tuple[None, str, Any]:
+    """Stream s16le PCM to stdout as it is generated: (None, stop_reason, timings)."""
+    from ..runtime.audio import Timings, pcm16
+    from ..runtime.speech import Progress
+
+    timings, out, frames, n, reason = Timings(), sys.stdout.buffer, 0, 0, "eos"
+    t0 = time.perf_counter()
+    chunks = model.stream(text, timings=timings, **kw)
+    with generation_bar(_progress(args)) as progress:
+        try:
+            for chunk in chunks:
+                out.write(pcm16(chunk.samples))
+                out.flush()
+                frames, n = frames + len(chunk.codes), n + len(chunk.samples)
+                reason = chunk.stop_reason or reason
+                if progress is not None:  # a stream does not know its frame limit: no ETA
+                    progress(Progress(frames, 0, 0, 1, n / model.sample_rate, time.perf_counter() - t0))
+        finally:
+            chunks.close()
+    return None, reason, timings
+
+
+def _write(samples: Any, sample_rate: int, dest: str) -> None:
+    if dest == "-":
+        import soundfile as sf
+
+        buf = io.BytesIO()
+        sf.write(buf, samples, sample_rate, format="WAV", subtype="PCM_16")
+        sys.stdout.buffer.write(buf.getvalue())
+        sys.stdout.buffer.flush()
+    else:
+        from ..runtime.audio import save_audio
+
+        save_audio(dest, samples, sample_rate)
+
+
+def _voice_report(args: argparse.Namespace, voice: Voice | None, clone: CloneTimings | None) -> dict[str, Any] | None:
+    if voice is None:
+        return None
+    report: dict[str, Any] = dict(mode=voice_mode(voice), ref_text=voice.ref_text)
+    if clone is None:
+        return dict(file=args.voice, **report)
+    return dict(ref_audio=args.ref_audio, **report, voice_cache=clone.cache,
+                speaker_encode_ms=clone.speaker_encode_ms, codec_encode_ms=clone.codec_encode_ms)
+
+
+def run(args: argparse.Namespace) -> int:
+    text = _read_text(args)
+    if args.output_dir is not None:
+        jobs = [line.strip() for line in text.splitlines() if line.strip()]
+        if not jobs:
+            raise CliError("no text: the input has no non-empty lines")
+        width = max(3, len(str(len(jobs))))
+        dests = [str(Path(args.output_dir) / f"{i:0{width}d}.wav") for i in range(1, len(jobs) + 1)]
+    else:
+        if not text.strip():
+            raise CliError("no text: the input is empty")
+        jobs, dests = [text.strip()], ["-" if args.raw else args.output]
+    if args.raw:
+        _refuse_tty_stdout("raw PCM")
+    elif args.output_dir is not None:
+        _check_output_dir(args.output_dir)
+        _need_soundfile()
+    else:
+        _check_output(args.output)
+        _need_soundfile()
+        if args.output == "-":
+            _refuse_tty_stdout("audio")
+    to_stdout = args.raw or (args.output == "-" and args.output_dir is None)
+    check_clone_args(args)
+    voice, clone = None, None
+    if args.voice is not None:
+        from ..runtime.voice import Voice
+
+        voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
+
+    model = load_model(args, n_threads=args.threads, device=args.device)
+    if args.ref_audio is not None:
+        voice, clone = clone_voice(model, args)
+    elif voice is None and model.variant == "base":
+        raise CliError("a base model clones a voice: pass --ref-audio WAV with --ref-text TEXT (or "
+                       "--x-vector-only), or --voice FILE from `qtts-cli voice create`")
+    seed = secrets.randbits(63) if args.seed is None else args.seed
+    kw = dict(speaker=args.speaker, language=args.language, instruct=args.instruct, voice=voice, seed=seed,
+              frame_budget=args.frame_budget, split_sentences=False if args.no_split else "auto", **sampling(args))
+    sr = model.sample_rate
+    if args.raw and not args.quiet:
+        print(f"qtts-cli: raw s16le PCM, {sr} Hz mono on stdout; play it with\n"
+              f"  ... | ffplay -f s16le -ar {sr} -ac 1 -nodisp -autoexit -\n"
+              f"  ... | aplay -f S16_LE -r {sr} -c 1", file=sys.stderr)
+    outputs = []
+    for i, (job, dest) in enumerate(zip(jobs, dests)):
+        if args.raw:
+            samples, reason, timings = _stream_raw(model, job, kw, args)
+        else:
+            samples, reason, timings = _synth(model, job, kw, _progress(args))
+            _write(samples, sr, dest)
+        if clone is not None and i == 0:  # the reference was encoded once, ahead of the first line
+            timings.speaker_encode_ms, timings.codec_encode_ms = clone.speaker_encode_ms, clone.codec_encode_ms
+            timings.voice_cache = clone.cache
+        outputs.append(dict(output=dest, text=job, frames=timings.frames, audio_seconds=timings.audio_seconds,
+                            stop_reason=reason, timings=dataclasses.asdict(timings)))
+        if _progress(args):
+            where = "stdout" if dest == "-" else dest
+            print(f"{where}: {timings.audio_seconds:.2f} s of audio, {timings.frames} frames, "
+                  f"RTF {timings.rtf:.2f}, stop: {reason}", file=sys.stderr)
+        if args.timings:
+            if len(jobs) > 1:
+                print(f"--- {dest}", file=sys.stderr)
+            print(timings.format(), file=sys.stderr)
+        if reason == "cancelled":
+            break
+    if args.json:
+        report = dict(model=str(model.path), variant=model.variant, device=model.device, sample_rate=sr,
+                      speaker=args.speaker, language=args.language, instruct=args.instruct, seed=seed,
+                      voice=_voice_report(args, voice, clone), outputs=outputs)
+        print(json.dumps(report, indent=2, ensure_ascii=False), file=sys.stderr if to_stdout else sys.stdout)
+    return 0
+
+
+def _add_voice_arguments(s: argparse.ArgumentParser) -> None:
+    v = s.add_argument_group("voice")
+    v.add_argument("--speaker", type=utf8, help="speaker name (custom_voice models; see `qtts-cli speakers MODEL`)")
+    v.add_argument("--language", type=utf8, default="auto",
+                   help="language (default: auto; see `qtts-cli languages MODEL`)")
+    v.add_argument("--instruct", type=utf8, help="voice / style instruction (voice_design models, 1.7B custom_voice)")
+    # one source for a base model's voice: a voice file, or a clip encoded once for every line
+    source = v.add_mutually_exclusive_group()
+    source.add_argument("--voice", metavar="FILE", help="a cloned voice from `qtts-cli voice create` (base models)")
+    add_clone_source(v, source, required=False)
+
+
+def _add_sampling_arguments(s: argparse.ArgumentParser) -> None:
+    released = GENERATION_DEFAULTS  # the released models' generation_config, the converter's fallback
+    g = s.add_argument_group("sampling (defaults: the model's generation_config)")
+    g.add_argument("-s", "--seed", type=seed_arg,
+                   help="sampling seed in [0, 2**64) (default: random, reported by --json)")
+    g.add_argument("--temperature", type=setting_arg("temperature"),
+                   help="talker sampling temperature: lower is steadier, higher more varied "
+                        f"(model default {released['temperature']})")
+    g.add_argument("--top-k", type=setting_arg("top_k"),
+                   help="sample the talker's first codebook from the K most likely codes (0: all)")
+    g.add_argument("--top-p", type=setting_arg("top_p"),
+                   help="nucleus sampling: the smallest set of codes whose probability reaches P, in (0, 1]")
+    g.add_argument("--repetition-penalty", type=setting_arg("repetition_penalty"),
+                   help="above 1 discourages repeating first-codebook codes "
+                        f"(model default {released['repetition_penalty']})")
+    g.add_argument("--greedy", action="store_true", help="no sampling, talker and code predictor")
+    g.add_argument("--max-new-tokens", type=setting_arg("max_new_tokens"),
+                   help=f"at most this many frames - 1 ({FRAME_RATE:g} frames per second; at least 2)")
+    g.add_argument("--frame-budget", type=frame_budget, default="auto", metavar="N|auto|none",
+                   help="runaway guard: the most frames per sentence (default: auto, from the text)")
+    g.add_argument("--no-split", action="store_true",
+                   help=f"do not synthesize inputs over {SPLIT_ABOVE_CHARS} characters sentence by sentence")
+
+
+def add_parser(sub: Any) -> None:
+    s = sub.add_parser("speak", help="synthesize speech (the default command)",
+                       description="Synthesize speech from -p TEXT, -f FILE or stdin. Base models speak in a "
+                                   "cloned voice: --voice FILE (`qtts-cli voice create`), or --ref-audio WAV with "
+                                   "--ref-text TEXT (or --x-vector-only).")
+    s.add_argument("-m", "--model", required=True, help="a qtts .gguf file or a Hugging Face repo id")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("-p", "--prompt", type=utf8, help="the text to speak")
+    src.add_argument("-f", "--file", help="read the text from FILE ('-': stdin)")
+    dst = s.add_mutually_exclusive_group()
+    dst.add_argument("-o", "--output", default="output.wav",
+                     help="output .wav/.flac/.ogg, '-' for a WAV on stdout (default: output.wav)")
+    dst.add_argument("--output-dir", help="one WAV per non-empty input line: DIR/001.wav, 002.wav ...")
+    dst.add_argument("--raw", action="store_true",
+                     help="stream raw s16le mono PCM to stdout while generating (pipe into ffplay/aplay)")
+    _add_voice_arguments(s)
+    _add_sampling_arguments(s)
+    r = s.add_argument_group("runtime and reporting")
+    r.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
+    r.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
+    r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
+    r.add_argument("--json", action="store_true",
+                   help="print a JSON report on stdout (on stderr when the audio goes to stdout)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress or hints on stderr")
+    s.set_defaults(func=run)
