@@ -99,7 +99,6 @@ void generate_begin(Session & s, const FloatRows & prompt, const FloatRows & tra
 }
 
 py::tuple generate_next(Session & s, int n_frames) {
-    if (n_frames < 1) throw Error(format("generate_next: n_frames must be at least 1, got %d", n_frames));
     GenerateResult r = interruptible([&](const std::function<bool()> & stop) { return s.generate_next(n_frames, stop); });
     return generate_result(s, r);
 }

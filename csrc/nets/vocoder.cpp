@@ -350,11 +350,10 @@ void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std:
     s.n_frames = f1;
 }
 
-// The codecs' custom ops run on the CPU threadpool and read their weights and state from host
-// memory (the loader keeps those weights there on any device).
 void Session::require_cpu_codec(const char * what) const {
     if (!ggml_backend_buffer_is_host(model_->vocoder.pre_conv->buffer)) {
-        fail("%s needs its weights in host memory, which this model's device did not allow", what);
+        throw EngineError(format("%s needs its weights in host memory, which this model's device did not allow", what),
+                          {});
     }
 }
 
