@@ -144,8 +144,8 @@ void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, co
 }
 
 GenerateResult Session::generate_next(int n_frames, const std::function<bool()> & should_stop) {
-    if (!gen_) fail("no generation in progress (call generate_begin first)");
     if (n_frames < 1) fail("generate_next: n_frames must be at least 1, got %d", n_frames);
+    if (!gen_) fail("no generation in progress (call generate_begin first)");
     GenerationState & g = *gen_;
     const Model & m = *model_;
     const int d = m.talker.n_embd(), eos = m.codec_ids.eos;
