@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "bindings/bindings.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
@@ -21,6 +22,7 @@
 #include "ops/snake_beta.h"
 #include "ops/time_stats.h"
 #include "runtime/error.h"
+#include "runtime/graph.h"
 
 namespace py = pybind11;
 using namespace qtts;
@@ -59,7 +61,7 @@ public:
         ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, /*no_alloc=*/true};
         ctx_ = ggml_init(ip);
         cpu_ = ggml_backend_cpu_init();
-        if (!ctx_ || !cpu_) fail("could not initialise the CPU backend");
+        if (!ctx_ || !cpu_) engine_fail(log_, "could not initialise the CPU backend");
     }
     ~OneOp() {
         if (buf_) ggml_backend_buffer_free(buf_);
@@ -87,7 +89,7 @@ public:
         ggml_cgraph * gf = ggml_new_graph(ctx_);
         ggml_build_forward_expand(gf, out);
         buf_ = ggml_backend_alloc_ctx_tensors(ctx_, cpu_);
-        if (!buf_) fail("could not allocate the op's tensors");
+        if (!buf_) engine_fail(log_, "could not allocate the op's tensors");
         for (const auto & in : inputs_) ggml_backend_tensor_set(in.first, in.second.data(), 0, ggml_nbytes(in.first));
         ggml_backend_cpu_set_n_threads(cpu_, n_threads);
         ggml_status status;
@@ -95,13 +97,14 @@ public:
             py::gil_scoped_release release;
             status = ggml_backend_graph_compute(cpu_, gf);
         }
-        if (status != GGML_STATUS_SUCCESS) fail("the op's graph failed to compute");
+        if (status != GGML_STATUS_SUCCESS) engine_fail(log_, "the op's graph failed to compute");
         py::array_t<float> y({static_cast<py::ssize_t>(out->ne[1]), static_cast<py::ssize_t>(out->ne[0])});
         ggml_backend_tensor_get(out, y.mutable_data(), 0, ggml_nbytes(out));
         return y;
     }
 
 private:
+    GgmlErrorCapture log_;  // first member: it collects ggml's error lines from the start
     ggml_context * ctx_ = nullptr;
     ggml_backend_t cpu_ = nullptr;
     ggml_backend_buffer_t buf_ = nullptr;
@@ -138,12 +141,8 @@ py::array_t<float> run_conv_gemm(const Floats & xp, const Floats & w, int64_t n,
     ggml_context * ctx = op.ctx();
     if (stride > 1) {
         // as the codec encoder's strided convs: windows of K rows every `stride` rows, read as one
-        // K = 1 conv over K*Cin channels (ggml_view_2d refuses views larger than dense: patch a 1-D one)
-        ggml_tensor * v = ggml_view_1d(ctx, x, cin * K, 0);
-        v->ne[1] = n;
-        v->nb[1] = stride * x->nb[1];
-        v->nb[2] = v->nb[3] = v->nb[1] * n;
-        x = v;
+        // K = 1 conv over K*Cin channels
+        x = overlapping_rows(ctx, x, cin * K, n, stride * x->nb[1]);
         wt = ggml_reshape_4d(ctx, wt, P, cin * K, 1, panels);
     }
     return op.run(conv_gemm(ctx, x, wt, n, b, r), n_threads);
@@ -185,7 +184,7 @@ py::array_t<float> run_time_stats(const Floats & x, const std::optional<Floats> 
 
 }  // namespace
 
-void bind_ops(py::module_ & mod) {
+void qtts::bind_ops(py::module_ & mod) {
     py::module_ m = mod.def_submodule("ops", "The custom CPU ops one at a time (op-level tests).");
     m.def(
         "simd_paths",

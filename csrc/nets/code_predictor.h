@@ -1,11 +1,27 @@
-// Code-predictor graphs (spec §3): cb1..cb15 of one frame from the talker's normed hidden state
-// and cb0, with a fresh 16-slot KV cache per frame.
+// The code predictor: cb1..cb15 of one frame from the talker's normed hidden state and cb0, a
+// small Qwen3 transformer with a fresh KV cache per frame (docs/model.md, "Code predictor").
 #pragma once
 
+#include <vector>
+
 #include "runtime/transformer.h"
-#include "runtime/model.h"
 
 namespace qtts {
+
+class GgufFile;
+struct Talker;
+
+struct CodePredictor {
+    Transformer tfm;  // QWEN3, hp.n_embd = Dc
+    int vocab = 0;
+    ggml_tensor * output_norm = nullptr;   // [Dc]
+    ggml_tensor * mtp_proj = nullptr;      // [D, Dc]; null (identity) when Dc = D
+    ggml_tensor * mtp_proj_b = nullptr;    // [Dc]
+    std::vector<ggml_tensor *> codec_embd; // per group 1..: [D, vocab]
+    std::vector<ggml_tensor *> lm_head;    // per group 1..: [Dc, vocab]
+};
+
+void load_code_predictor(GgufFile & f, const Talker & t, CodePredictor & c);
 
 inline constexpr const char * kPredHidden = "pred.inp_hidden";  // F32 [D_talker] (prefill)
 inline constexpr const char * kPredCode = "pred.inp_code";      // I32 [1]: cb0 (prefill) or cb_j (step j)
@@ -14,7 +30,7 @@ inline constexpr const char * kPredLogits = "pred.logits";      // output [vocab
 
 // Step 0 is the 2-position prefill [h, C(cb0)] giving cb1; step j = 1..14 feeds CPE_{j-1}(cb_j)
 // at position 1 + j and gives cb_{j+1} through lm_head[j].
-ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & cache,
-                                   int step);
+ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
+                                   const KvCache & cache, int step);
 
 }  // namespace qtts

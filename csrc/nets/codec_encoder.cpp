@@ -1,4 +1,5 @@
-// The codec (Mimi) encoder (spec §6.2): waveform -> codes [ceil(N/1920), 16].
+// The codec encoder's loader and graphs (docs/model.md, "Codec encoder"): waveform -> codes
+// [ceil(N / hop), n_quantizers].
 //
 // The SEANet conv stack is causal, so it runs over chunks of whole 12.5 Hz frames with each
 // conv's left context carried between chunks (memory stays bounded for long clips); only the
@@ -15,40 +16,98 @@
 #include <string>
 #include <vector>
 
-#include "ops/conv_gemm.h"
+#include "nets/codec_encoder.h"
+
+#include "nets/vocoder.h"
 #include "ops/elu_left.h"
+#include "ops/conv_gemm.h"
 #include "runtime/error.h"
-#include "runtime/graph.h"
+#include "runtime/gguf_file.h"
+#include "runtime/loader.h"
+#include "runtime/metadata.h"
+#include "runtime/names.h"
 #include "runtime/session.h"
 
 namespace qtts {
+
+void load_codec_encoder(GgufFile & f, const Vocoder & dec, CodecEncoder & e) {
+    e.tfm = load_transformer(f, kv::P_CODEC_ENC, tn::CODEC_ENC, /*has_context=*/false, LayerStyle::CODEC_ENCODER);
+    e.n_filters = f.count(kv::ENC_NUM_FILTERS, 1, 4096);
+    e.kernel_size = f.count(kv::ENC_KERNEL_SIZE, 1, kMaxKernel);
+    e.last_kernel_size = f.count(kv::ENC_LAST_KERNEL_SIZE, 1, kMaxKernel);
+    e.residual_kernel_size = f.count(kv::ENC_RESIDUAL_KERNEL_SIZE, 1, kMaxKernel);
+    e.dilation_growth_rate = f.count(kv::ENC_DILATION_GROWTH_RATE, 1, 16);
+    // the residual blocks narrow the channels by this factor: at least one must remain
+    e.compress = f.count(kv::ENC_COMPRESS, 1, e.n_filters);
+    e.codebook_size = f.count(kv::ENC_CODEBOOK_SIZE, 1, kMaxVocab);
+    e.codebook_dim = f.count(kv::ENC_CODEBOOK_DIM, 1, kMaxWidth);
+    e.n_quantizers = f.count(kv::ENC_NUM_QUANTIZERS, 2, kMaxGroups);
+    e.sample_rate = f.count(kv::ENC_SAMPLE_RATE, kMinRate, kMaxRate);
+    e.hop_length = f.count(kv::ENC_HOP_LENGTH, 1, 1 << 16);
+    // encoded reference frames go back into the talker and the decoder as generated ones do
+    require_same(f, kv::ENC_NUM_QUANTIZERS, e.n_quantizers, kv::DEC_NUM_QUANTIZERS, dec.n_quantizers);
+    require_same(f, kv::ENC_CODEBOOK_SIZE, e.codebook_size, kv::DEC_CODEBOOK_SIZE, dec.codebook_size);
+    require_same(f, kv::ENC_SAMPLE_RATE, e.sample_rate, kv::DEC_SAMPLE_RATE, dec.sample_rate);
+    require_same(f, kv::ENC_HOP_LENGTH, e.hop_length, kv::DEC_HOP_LENGTH, dec.hop_length);
+    // the channels double per ratio: at most 8 ratios keep n_filters << 8 within the width bound
+    std::vector<int> ups = f.counts(kv::ENC_UPSAMPLING_RATIOS, 1, 8, 1, kMaxKernel);
+    e.ratios.assign(ups.rbegin(), ups.rend());
+    const int64_t prod = product(e.ratios);
+    if (prod <= 0 || e.hop_length % prod != 0) {
+        f.key_error(kv::ENC_HOP_LENGTH, format("= %d is not a multiple of the product of '%s'", e.hop_length,
+                                               kv::ENC_UPSAMPLING_RATIOS));
+    }
+    e.down_stride = static_cast<int>(e.hop_length / prod);
+    // SEANet: conv, then per ratio [residual, ELU, strided conv], then ELU and the last conv.
+    int layer = 0;
+    int64_t ch = e.n_filters;
+    auto conv = [&](int64_t in, int64_t out, int k, int stride) {
+        CodecEncoder::Conv c{layer, static_cast<int>(in), static_cast<int>(out), k, stride};
+        c.w = load_panels(f, format(tn::ENC_CONV, layer), k, in, out);
+        c.b = f.tensor(format(tn::ENC_CONV_B, layer), {out}, WeightKind::F32);
+        e.convs.push_back(c);
+        ++layer;
+    };
+    conv(1, ch, e.kernel_size, 1);
+    for (int r : e.ratios) {
+        CodecEncoder::Residual res;
+        res.layer = layer;
+        const int64_t hidden = ch / e.compress;
+        res.conv1 = load_panels(f, format(tn::ENC_RES_CONV1, layer), e.residual_kernel_size, ch, hidden);
+        res.conv1_b = f.tensor(format(tn::ENC_RES_CONV1_B, layer), {hidden}, WeightKind::F32);
+        res.conv2 = load_panels(f, format(tn::ENC_RES_CONV2, layer), 1, hidden, ch);
+        res.conv2_b = f.tensor(format(tn::ENC_RES_CONV2_B, layer), {ch}, WeightKind::F32);
+        e.res.push_back(res);
+        layer += 2;  // the residual block and the ELU after it
+        conv(ch, 2 * ch, 2 * r, r);
+        ch *= 2;
+    }
+    ++layer;  // ELU
+    const int64_t h = e.tfm.hp.n_embd;
+    conv(ch, h, e.last_kernel_size, 1);
+    e.downsample = load_panels(f, tn::ENC_DOWNSAMPLE, 2 * e.down_stride, h, h);
+    const int64_t cbd = e.codebook_dim;
+    e.sem_in = f.tensor(tn::ENC_SEM_IN, {h, cbd}, WeightKind::F32);
+    e.acu_in = f.tensor(tn::ENC_ACU_IN, {h, cbd}, WeightKind::F32);
+    e.sem_codebooks.push_back(f.tensor(format(tn::ENC_SEM_CODEBOOK, 0), {cbd, e.codebook_size}, WeightKind::F32));
+    for (int g = 0; g + 1 < e.n_quantizers; ++g) {
+        e.acu_codebooks.push_back(
+            f.tensor(format(tn::ENC_ACU_CODEBOOK, g), {cbd, e.codebook_size}, WeightKind::F32));
+    }
+}
 
 namespace {
 
 constexpr int64_t kChunkFrames = 25;  // 12.5 Hz frames per conv-stack graph (2 s of audio)
 
-ggml_tensor * overlapping_rows(ggml_context * ctx, ggml_tensor * x, int64_t width, int64_t rows, size_t step) {
-    ggml_tensor * v = ggml_view_1d(ctx, x, width, 0);
-    v->ne[1] = rows;
-    v->nb[1] = step;
-    v->nb[2] = v->nb[3] = step * rows;
-    return v;
-}
-
-int64_t left_rows(const CodecEncoderWeights::Conv & c) { return c.kernel - c.stride; }
+int64_t left_rows(const CodecEncoder::Conv & c) { return c.kernel - c.stride; }
 
 struct ConvStackBuilder {
     ggml_context * ctx;
     ggml_cgraph * gf;
-    const CodecEncoderWeights & w;
+    const CodecEncoder & w;
     EncoderState & st;
     bool last;
-
-    void keep(ggml_tensor * xp, ggml_tensor * left) {
-        const int64_t p = left->ne[1];
-        ggml_tensor * tail = ggml_view_2d(ctx, xp, xp->ne[0], p, xp->nb[1], (xp->ne[1] - p) * xp->nb[1]);
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, left));
-    }
 
     // A causal conv of kernel k, stride s over ELU(x) (x itself for the waveform), x [Cin, L]: its
     // input is [left context; ELU(x)], and in the last chunk zero rows up to a whole number of
@@ -63,7 +122,7 @@ struct ConvStackBuilder {
             if (pad) xp = ggml_pad(ctx, xp, 0, static_cast<int>(pad), 0, 0);
             if (left) xp = ggml_concat(ctx, left, xp, 1);
         }
-        if (left) keep(xp, left);
+        if (left) keep(ctx, gf, xp, left);
         if (s == 1) return conv_gemm(ctx, xp, wt, n, b, res);
         ggml_tensor * w1 = ggml_reshape_4d(ctx, wt, wt->ne[0], cin * k, 1, wt->ne[3]);
         return conv_gemm(ctx, overlapping_rows(ctx, xp, cin * k, n, s * xp->nb[1]), w1, n, b, res);
@@ -73,7 +132,7 @@ struct ConvStackBuilder {
         const auto & c0 = w.convs[0];
         x = named(conv(x, false, c0.w, c0.b, c0.kernel, 1, st.conv_left[0]), "ce.conv0");
         for (size_t i = 0; i < w.ratios.size(); ++i) {
-            const CodecEncoderWeights::Residual & r = w.res[i];
+            const CodecEncoder::Residual & r = w.res[i];
             ggml_tensor * h = conv(x, true, r.conv1, r.conv1_b, w.residual_kernel_size, 1, st.res_left[i]);
             x = named(conv(h, true, r.conv2, r.conv2_b, 1, 1, nullptr, x), "ce.res%zu", i);
             const auto & c = w.convs[i + 1];
@@ -87,44 +146,7 @@ struct ConvStackBuilder {
 struct QuantizerBuilder {
     ggml_context * ctx;
     ggml_cgraph * gf;
-    const CodecEncoderWeights & w;
-
-    // the transformer's linears are single-tap conv-GEMM panels
-    ggml_tensor * gemm(ggml_tensor * x, ggml_tensor * wt) { return conv_gemm(ctx, x, wt, x->ne[1], nullptr, nullptr); }
-
-    ggml_tensor * layer_norm(ggml_tensor * x, ggml_tensor * g, ggml_tensor * b) {
-        return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, w.hp.eps), g), b);
-    }
-
-    ggml_tensor * attention(ggml_tensor * x, ggml_tensor * pos, const LayerWeights & l) {
-        const TransformerHParams & hp = w.hp;
-        const int64_t n = x->ne[1], hd = hp.head_dim;
-        auto rope = [&](ggml_tensor * t) {
-            return ggml_rope_ext(ctx, t, pos, nullptr, hd, GGML_ROPE_TYPE_NEOX, 0, hp.rope_base, 1.0f, 0.0f, 1.0f,
-                                 0.0f, 0.0f);
-        };
-        ggml_tensor * q = rope(ggml_reshape_3d(ctx, gemm(x, l.wq), hd, hp.n_head, n));
-        ggml_tensor * k = rope(ggml_reshape_3d(ctx, gemm(x, l.wk), hd, hp.n_head_kv, n));
-        ggml_tensor * v = ggml_reshape_3d(ctx, gemm(x, l.wv), hd, hp.n_head_kv, n);
-        ggml_tensor * kq = ggml_mul_mat(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), ggml_permute(ctx, q, 0, 2, 1, 3));
-        kq = ggml_soft_max_ext(ctx, ggml_diag_mask_inf(ctx, kq, 0), nullptr, 1.0f / std::sqrt(static_cast<float>(hd)),
-                               0.0f);
-        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));  // [n, hd, n_head_kv]
-        ggml_tensor * o = ggml_permute(ctx, ggml_mul_mat(ctx, vt, kq), 0, 2, 1, 3);
-        return gemm(ggml_cont_2d(ctx, o, hd * hp.n_head, n), l.wo);
-    }
-
-    ggml_tensor * transformer(ggml_tensor * x, ggml_tensor * pos) {
-        for (size_t il = 0; il < w.layers.size(); ++il) {
-            const LayerWeights & l = w.layers[il];
-            ggml_tensor * a = attention(layer_norm(x, l.attn_norm, l.attn_norm_b), pos, l);
-            x = ggml_add(ctx, x, ggml_mul(ctx, a, l.attn_scale));
-            ggml_tensor * h = layer_norm(x, l.ffn_norm, l.ffn_norm_b);
-            h = gemm(ggml_gelu_erf(ctx, gemm(h, l.ffn_up)), l.ffn_down);
-            x = named(ggml_add(ctx, x, ggml_mul(ctx, h, l.ffn_scale)), "ce.tfm.%zu", il);
-        }
-        return x;
-    }
+    const CodecEncoder & w;
 
     // Nearest codebook entry per column of r [D, n]: argmax of 2 r.e - |e|^2 (|r|^2 is common).
     ggml_tensor * nearest(ggml_tensor * r, ggml_tensor * cb) {
@@ -134,7 +156,9 @@ struct QuantizerBuilder {
     }
 
     ggml_tensor * build(ggml_tensor * emb, ggml_tensor * pos, ggml_tensor * pad_idx, int64_t n_out) {
-        ggml_tensor * x = transformer(emb, pos);
+        StackOptions o;
+        o.prefix = "ce.tfm";
+        ggml_tensor * x = transformer_stack(ctx, gf, emb, pos, w.tfm, o);
         // ×2 downsample, causal with replicate padding: one GEMM over overlapping rows
         ggml_tensor * xp = ggml_get_rows(ctx, x, pad_idx);
         const int64_t h = x->ne[0], k = 2 * w.down_stride;
@@ -159,32 +183,21 @@ struct QuantizerBuilder {
 
 }  // namespace
 
-EncoderState::EncoderState(const CodecEncoderWeights & w, ggml_backend_t backend) {
-    ggml_init_params ip = {ggml_tensor_overhead() * (w.convs.size() + w.res.size()), nullptr, /*no_alloc=*/true};
-    ctx_ = ggml_init(ip);
-    if (!ctx_) fail("could not create the codec encoder state context");
+EncoderState::EncoderState(const CodecEncoder & w, ggml_backend_t backend) {
+    ggml_context * ctx = state_.begin(w.convs.size() + w.res.size());
     for (const auto & c : w.convs) {
         const int64_t p = left_rows(c);
-        conv_left.push_back(p > 0 ? ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, c.in, p) : nullptr);
+        conv_left.push_back(p > 0 ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.in, p) : nullptr);
     }
     for (size_t i = 0; i < w.res.size(); ++i) {
-        res_left.push_back(ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, w.convs[i].out, w.residual_kernel_size - 1));
+        res_left.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w.convs[i].out, w.residual_kernel_size - 1));
     }
-    buf_ = ggml_backend_alloc_ctx_tensors(ctx_, backend);
-    if (!buf_) {
-        ggml_free(ctx_);
-        fail("could not allocate the codec encoder state");
-    }
-    ggml_backend_buffer_clear(buf_, 0);  // zeros are the causal padding
-}
-
-EncoderState::~EncoderState() {
-    if (buf_) ggml_backend_buffer_free(buf_);
-    if (ctx_) ggml_free(ctx_);
+    state_.allocate(backend, "the codec encoder state");
+    state_.clear();  // zeros are the causal padding
 }
 
 std::vector<int32_t> Session::encode(const std::vector<float> & samples) {
-    const CodecEncoderWeights & w = model_->codec_encoder;
+    const CodecEncoder & w = model_->codec_encoder;
     require_cpu_codec("the codec encoder");
     const int64_t N = static_cast<int64_t>(samples.size()), hop = w.hop_length;
     if (N < 1) fail("encode needs at least one sample");
@@ -192,20 +205,19 @@ std::vector<int32_t> Session::encode(const std::vector<float> & samples) {
         if (!std::isfinite(samples[i])) fail("encode: sample %lld is not finite", static_cast<long long>(i));
     }
     EncoderState st(w, cpu_);
-    const int64_t h = w.hp.n_embd, chunk = kChunkFrames * hop, sub = hop / w.down_stride;
+    const int64_t h = w.tfm.hp.n_embd, chunk = kChunkFrames * hop, sub = hop / w.down_stride;
     std::vector<float> emb;  // [T25, h] row-major
     for (int64_t a = 0; a < N; a += chunk) {
         const int64_t n = std::min(chunk, N - a);
         const bool last = a + n == N;
         ggml_cgraph * gf = run(
             [&](ggml_context * ctx, ggml_cgraph * graph) {
-                ggml_tensor * x = named(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, n), "ce.wav");
-                ggml_set_input(x);
+                ggml_tensor * x = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, n), "ce.wav");
                 ConvStackBuilder b{ctx, graph, w, st, last};
                 return b.build(x);
             },
             [&](ggml_cgraph * graph) {
-                ggml_backend_tensor_set(ggml_graph_get_tensor(graph, "ce.wav"), samples.data() + a, 0, n * sizeof(float));
+                set_input(graph, "ce.wav", samples.data() + a, n * sizeof(float));
             });
         std::vector<float> part = read_output(gf);
         if (!last && static_cast<int64_t>(part.size()) != h * (n / sub)) fail("codec encoder: unexpected chunk output");
@@ -221,19 +233,17 @@ std::vector<int32_t> Session::encode(const std::vector<float> & samples) {
     const int64_t G = w.n_quantizers;
     ggml_cgraph * gf = run(
         [&](ggml_context * ctx, ggml_cgraph * graph) {
-            ggml_tensor * e = named(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, h, T), "ce.emb");
-            ggml_tensor * p = named(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T), "ce.pos");
-            ggml_tensor * pi = named(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, static_cast<int64_t>(pad_idx.size())),
+            ggml_tensor * e = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, h, T), "ce.emb");
+            ggml_tensor * p = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T), "ce.pos");
+            ggml_tensor * pi = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, static_cast<int64_t>(pad_idx.size())),
                                      "ce.pad_idx");
-            for (ggml_tensor * t : {e, p, pi}) ggml_set_input(t);
             QuantizerBuilder b{ctx, graph, w};
             return b.build(e, p, pi, n_out);
         },
         [&](ggml_cgraph * graph) {
-            ggml_backend_tensor_set(ggml_graph_get_tensor(graph, "ce.emb"), emb.data(), 0, emb.size() * sizeof(float));
-            ggml_backend_tensor_set(ggml_graph_get_tensor(graph, "ce.pos"), pos.data(), 0, pos.size() * sizeof(int32_t));
-            ggml_backend_tensor_set(ggml_graph_get_tensor(graph, "ce.pad_idx"), pad_idx.data(), 0,
-                                    pad_idx.size() * sizeof(int32_t));
+            set_input(graph, "ce.emb", emb);
+            set_input(graph, "ce.pos", pos);
+            set_input(graph, "ce.pad_idx", pad_idx);
         });
     std::vector<int32_t> codes(static_cast<size_t>(n_out * G));
     std::vector<int32_t> level(static_cast<size_t>(n_out));

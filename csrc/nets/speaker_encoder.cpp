@@ -1,7 +1,8 @@
-// The speaker encoder (spec §5.2): an ECAPA-TDNN over the log-mel frames that gives the x-vector
-// the Base talker takes in its speaker slot. Activations are channel-fastest (ne = [C, T]);
-// the time-distributed convolutions are conv-GEMM custom ops (ops/vocoder_ops.h) over reflect-padded
-// inputs built with one get_rows each, the statistics over time a custom op (encoder_ops.h).
+// The speaker encoder's graph (docs/model.md, "Speaker encoder"). Activations are channel-fastest (ne = [C, T]);
+// the time-distributed convolutions are conv-GEMM custom ops (ops/conv_gemm.h) over reflect-padded
+// inputs built with one get_rows each, the statistics over time a custom op (ops/time_stats.h).
+#include "nets/speaker_encoder.h"
+
 #include <string>
 #include <vector>
 
@@ -9,15 +10,78 @@
 #include "ops/time_stats.h"
 #include "runtime/error.h"
 #include "runtime/graph.h"
+#include "runtime/gguf_file.h"
+#include "runtime/loader.h"
+#include "runtime/names.h"
 #include "runtime/session.h"
 
 namespace qtts {
+
+void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoder & s) {
+    s.embd = f.count(kv::SPK_EMBEDDING_LENGTH, 1, kMaxWidth);
+    if (s.embd != talker_width) {
+        f.key_error(kv::SPK_EMBEDDING_LENGTH, format("= %d differs from the talker width %d", s.embd, talker_width));
+    }
+    s.mel_dim = f.count(kv::SPK_MEL_DIM, 1, 1024);
+    constexpr int n_convs = kSpeakerBlocks + 2, mfa = kSpeakerBlocks + 1;
+    s.channels = f.counts(kv::SPK_CHANNELS, n_convs, n_convs, 1, kMaxWidth);
+    s.kernel_sizes = f.counts(kv::SPK_KERNEL_SIZES, n_convs, n_convs, 1, kMaxKernel);
+    s.dilations = f.counts(kv::SPK_DILATIONS, n_convs, n_convs, 1, kMaxKernel);
+    s.attn_channels = f.count(kv::SPK_ATTENTION_CHANNELS, 1, kMaxWidth);
+    s.res2net_scale = f.count(kv::SPK_RES2NET_SCALE, 2, kMaxGroups);
+    s.se_channels = f.count(kv::SPK_SE_CHANNELS, 1, kMaxWidth);
+    s.sample_rate = f.count(kv::SPK_SAMPLE_RATE, kMinRate, kMaxRate);
+    const auto & c = s.channels;
+    int blocks_out = 0;  // the MFA concatenates the blocks' outputs
+    for (int b = 1; b <= kSpeakerBlocks; ++b) blocks_out += c[b];
+    if (c[mfa] != blocks_out) {
+        f.key_error(kv::SPK_CHANNELS, format("must end with the sum of channels 1 to %d", kSpeakerBlocks));
+    }
+    // "same" convolutions pad (k - 1) * d / 2 on each side: an even kernel would shorten the output
+    for (int k : s.kernel_sizes) {
+        if (k % 2 == 0) f.key_error(kv::SPK_KERNEL_SIZES, format("holds the even kernel size %d", k));
+    }
+    const int64_t mel = s.mel_dim, ks0 = s.kernel_sizes[0];
+    s.conv0 = load_panels(f, tn::SPK_CONV0, ks0, mel, c[0]);
+    s.conv0_b = f.tensor(tn::SPK_CONV0_B, {c[0]}, WeightKind::F32);
+    for (int b = 1; b <= kSpeakerBlocks; ++b) {
+        if (c[b] % s.res2net_scale != 0) {
+            f.key_error(kv::SPK_CHANNELS, format("element %d = %d is not divisible by '%s' = %d", b, c[b],
+                                                 kv::SPK_RES2NET_SCALE, s.res2net_scale));
+        }
+        SpeakerEncoder::Block blk;
+        const int64_t in = c[b - 1], out = c[b], sub = c[b] / s.res2net_scale, k = s.kernel_sizes[b];
+        blk.tdnn1 = load_panels(f, format(tn::SPK_TDNN1, b), 1, in, out);
+        blk.tdnn1_b = f.tensor(format(tn::SPK_TDNN1_B, b), {out}, WeightKind::F32);
+        for (int r = 0; r + 1 < s.res2net_scale; ++r) {
+            blk.res2net.push_back(load_panels(f, format(tn::SPK_RES2NET, b, r), k, sub, sub));
+            blk.res2net_b.push_back(f.tensor(format(tn::SPK_RES2NET_B, b, r), {sub}, WeightKind::F32));
+        }
+        blk.tdnn2 = load_panels(f, format(tn::SPK_TDNN2, b), 1, out, out);
+        blk.tdnn2_b = f.tensor(format(tn::SPK_TDNN2_B, b), {out}, WeightKind::F32);
+        blk.se1 = f.tensor(format(tn::SPK_SE1, b), {out, s.se_channels}, WeightKind::F32);
+        blk.se1_b = f.tensor(format(tn::SPK_SE1_B, b), {s.se_channels}, WeightKind::F32);
+        blk.se2 = f.tensor(format(tn::SPK_SE2, b), {s.se_channels, out}, WeightKind::F32);
+        blk.se2_b = f.tensor(format(tn::SPK_SE2_B, b), {out}, WeightKind::F32);
+        s.blocks.push_back(std::move(blk));
+    }
+    const int64_t cm = c[mfa];
+    s.mfa = load_panels(f, tn::SPK_MFA, 1, cm, cm);
+    s.mfa_b = f.tensor(tn::SPK_MFA_B, {cm}, WeightKind::F32);
+    s.asp_tdnn = load_panels(f, tn::SPK_ASP_TDNN, 1, cm, s.attn_channels);
+    s.asp_tdnn_stats = f.tensor(tn::SPK_ASP_TDNN_STATS, {2 * cm, s.attn_channels}, WeightKind::F32);
+    s.asp_tdnn_b = f.tensor(tn::SPK_ASP_TDNN_B, {s.attn_channels}, WeightKind::F32);
+    s.asp_conv = load_panels(f, tn::SPK_ASP_CONV, 1, s.attn_channels, cm);
+    s.asp_conv_b = f.tensor(tn::SPK_ASP_CONV_B, {cm}, WeightKind::F32);
+    s.fc = f.tensor(tn::SPK_FC, {2 * cm, s.embd}, WeightKind::F32);
+    s.fc_b = f.tensor(tn::SPK_FC_B, {s.embd}, WeightKind::F32);
+}
 
 namespace {
 
 struct SpeakerBuilder {
     ggml_context * ctx;
-    const SpeakerEncoderWeights & w;
+    const SpeakerEncoder & w;
     int64_t T;
     std::vector<int> pads;  // reflect pads used, one index input per pad ("se.reflect.<p>")
 
@@ -39,7 +103,7 @@ struct SpeakerBuilder {
     }
 
     ggml_tensor * block(ggml_tensor * x, int b) {
-        const SpeakerEncoderWeights::Block & blk = w.blocks[b - 1];
+        const SpeakerEncoder::Block & blk = w.blocks[b - 1];
         const int k = w.kernel_sizes[b], d = w.dilations[b], scale = w.res2net_scale;
         // Res2Net: chunk i (i >= 1) is replaced in place by its conv output, so u ends up holding the
         // concatenation; chunk i is read (into chunk i+1's input) before it is overwritten
@@ -63,7 +127,7 @@ struct SpeakerBuilder {
     ggml_tensor * build(ggml_tensor * mel) {
         ggml_tensor * x = named(conv(mel, w.conv0, w.conv0_b, w.kernel_sizes[0], w.dilations[0]), "se.block0");
         ggml_tensor * cat = nullptr;
-        for (int b = 1; b <= 3; ++b) {
+        for (int b = 1; b <= kSpeakerBlocks; ++b) {
             x = block(x, b);
             cat = cat ? ggml_concat(ctx, cat, x, 0) : x;
         }
@@ -85,7 +149,7 @@ struct SpeakerBuilder {
 std::vector<float> Session::speaker_embed(const std::vector<float> & mel, int64_t n_frames) {
     if (!model_->speaker_encoder) fail("this %s model has no speaker encoder (voice cloning needs a Base model)",
                                        model_->variant.c_str());
-    const SpeakerEncoderWeights & w = *model_->speaker_encoder;
+    const SpeakerEncoder & w = *model_->speaker_encoder;
     require_cpu_codec("the speaker encoder");
     int max_pad = 0;
     for (size_t i = 0; i < w.kernel_sizes.size(); ++i) max_pad = std::max(max_pad, (w.kernel_sizes[i] - 1) * w.dilations[i] / 2);
@@ -100,23 +164,21 @@ std::vector<float> Session::speaker_embed(const std::vector<float> & mel, int64_
     std::vector<int> pads;
     ggml_cgraph * gf = run(
         [&](ggml_context * ctx, ggml_cgraph *) {
-            ggml_tensor * x = named(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w.mel_dim, n_frames), "se.mel");
-            ggml_set_input(x);
+            ggml_tensor * x = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w.mel_dim, n_frames), "se.mel");
             SpeakerBuilder b{ctx, w, n_frames, {}};
             ggml_tensor * out = b.build(x);
             pads = b.pads;
             return out;
         },
         [&](ggml_cgraph * graph) {
-            ggml_backend_tensor_set(ggml_graph_get_tensor(graph, "se.mel"), mel.data(), 0, mel.size() * sizeof(float));
+            set_input(graph, "se.mel", mel);
             for (int p : pads) {
                 std::vector<int32_t> idx;
                 for (int64_t i = p; i >= 1; --i) idx.push_back(static_cast<int32_t>(i));
                 for (int64_t i = 0; i < n_frames; ++i) idx.push_back(static_cast<int32_t>(i));
                 for (int64_t i = n_frames - 2; i >= n_frames - 1 - p; --i) idx.push_back(static_cast<int32_t>(i));
                 std::string name = "se.reflect." + std::to_string(p);
-                ggml_backend_tensor_set(ggml_graph_get_tensor(graph, name.c_str()), idx.data(), 0,
-                                        idx.size() * sizeof(int32_t));
+                set_input(graph, name.c_str(), idx);
             }
         });
     return read_output(gf);

@@ -1,47 +1,98 @@
 #include "nets/talker.h"
 
-#include "runtime/graph.h"
+#include "nets/code_predictor.h"
+#include "runtime/error.h"
+#include "runtime/gguf_file.h"
+#include "runtime/loader.h"
+#include "runtime/names.h"
 
 namespace qtts {
 
-namespace {
-
-ggml_tensor * input(ggml_tensor * t, const char * name) {
-    ggml_set_input(t);
-    return named(t, "%s", name);
+void load_talker(GgufFile & f, Talker & t) {
+    t.tfm = load_transformer(f, kv::P_TALKER, tn::TALKER, /*has_context=*/true, LayerStyle::QWEN3);
+    const TransformerHParams & hp = t.tfm.hp;
+    t.text_vocab = f.count(kv::TALKER_TEXT_VOCAB_SIZE, 1, kMaxVocab);
+    t.text_embd = f.count(kv::TALKER_TEXT_EMBEDDING_LENGTH, 1, kMaxWidth);
+    t.codec_vocab = f.count(kv::TALKER_CODEC_VOCAB_SIZE, 1, kMaxVocab);
+    t.n_code_groups = f.count(kv::TALKER_NUM_CODE_GROUPS, 2, kMaxGroups);
+    // the sections split the rotated pairs among time, height and width: together all of them
+    t.mrope_section = f.counts(kv::TALKER_MROPE_SECTION, 1, 4, 0, hp.head_dim / 2);
+    int pairs = 0;
+    for (int x : t.mrope_section) pairs += x;
+    if (pairs != hp.head_dim / 2) {
+        f.key_error(kv::TALKER_MROPE_SECTION, format("sums to %d, expected half the head dimension (%d)", pairs,
+                                                     hp.head_dim / 2));
+    }
+    const int64_t d = hp.n_embd, te = t.text_embd;
+    t.text_tok = f.tensor(tn::TALKER_TEXT_EMBD, {te, t.text_vocab}, WeightKind::TABLE);
+    t.fc1 = f.tensor(tn::TALKER_TEXT_FC1, {te, te}, WeightKind::MATMUL);
+    t.fc1_b = f.tensor(tn::TALKER_TEXT_FC1_B, {te}, WeightKind::F32);
+    t.fc2 = f.tensor(tn::TALKER_TEXT_FC2, {te, d}, WeightKind::MATMUL);
+    t.fc2_b = f.tensor(tn::TALKER_TEXT_FC2_B, {d}, WeightKind::F32);
+    t.codec_embd = f.tensor(tn::TALKER_CODEC_EMBD, {d, t.codec_vocab}, WeightKind::TABLE);
+    t.output_norm = f.tensor(tn::TALKER_OUTPUT_NORM, {d}, WeightKind::F32);
+    t.codec_head = f.tensor(tn::TALKER_CODEC_HEAD, {d, t.codec_vocab}, WeightKind::MATMUL);
 }
 
-// Decoder stack, then only the last position goes through the final norm and the head.
-ggml_tensor * talker_body(ggml_context * ctx, ggml_cgraph * gf, const TalkerWeights & t, const KvCache & cache,
+namespace {
+
+// The transformer, then only the last position goes through the final norm and the head.
+ggml_tensor * talker_body(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const KvCache & cache,
                           ggml_tensor * x, int n_past) {
     const int64_t n = x->ne[1];
     ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), kTalkerPos);
-    x = decoder_stack(ctx, gf, x, pos, t.hp, t.layers, cache, n_past, "talker");
+    const KvWindow kv{&cache.k, &cache.v, n_past, n_past + n};
+    StackOptions o;
+    o.prefix = "talker";
+    o.kv = &kv;
+    x = transformer_stack(ctx, gf, x, pos, t.tfm, o);
     x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n - 1) * x->nb[1]);
-    ggml_tensor * h = named(rms_norm(ctx, x, t.output_norm, t.hp.eps), "%s", kTalkerHidden);
+    ggml_tensor * h = named(rms_norm(ctx, x, t.output_norm, t.tfm.hp.eps), "%s", kTalkerHidden);
     ggml_set_output(h);
     return named(ggml_mul_mat(ctx, t.codec_head, h), "%s", kTalkerLogits);
 }
 
 }  // namespace
 
-ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const TalkerWeights & t,
-                                   const KvCache & cache, int n_past, int n) {
-    ggml_tensor * x = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.hp.n_embd, n), kTalkerEmbd);
+ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const KvCache & cache,
+                                   int n_past, int n) {
+    ggml_tensor * x = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), n), kTalkerEmbd);
     return talker_body(ctx, gf, t, cache, x, n_past);
 }
 
-ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & cache,
-                                int n_past) {
-    const TalkerWeights & t = m.talker;
+ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
+                                const KvCache & cache, int n_past) {
     const int groups = t.n_code_groups;
     ggml_tensor * codes = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, groups), kTalkerCodes);
-    ggml_tensor * text = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.hp.n_embd, 1), kTalkerText);
+    ggml_tensor * text = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), 1), kTalkerText);
     auto code = [&](int g) { return ggml_view_1d(ctx, codes, 1, g * codes->nb[0]); };
     ggml_tensor * x = ggml_get_rows(ctx, t.codec_embd, code(0));
-    for (int g = 1; g < groups; ++g) x = ggml_add(ctx, x, ggml_get_rows(ctx, m.code_pred.codec_embd[g - 1], code(g)));
+    for (int g = 1; g < groups; ++g) x = ggml_add(ctx, x, ggml_get_rows(ctx, cp.codec_embd[g - 1], code(g)));
     x = named(ggml_add(ctx, x, text), "talker.step_embd");
     return talker_body(ctx, gf, t, cache, x, n_past);
+}
+
+ggml_tensor * build_text_embed(ggml_context * ctx, const Talker & t, int64_t n) {
+    ggml_tensor * ids = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), kEmbedIds);
+    ggml_tensor * x = named(ggml_get_rows(ctx, t.text_tok, ids), "text_tok_embd");
+    x = named(ggml_silu(ctx, linear(ctx, x, t.fc1, t.fc1_b)), "text_proj_hidden");
+    return named(linear(ctx, x, t.fc2, t.fc2_b), "text_proj");
+}
+
+ggml_tensor * build_codec_embed(ggml_context * ctx, const Talker & t, int64_t n) {
+    ggml_tensor * ids = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), kEmbedIds);
+    return named(ggml_get_rows(ctx, t.codec_embd, ids), "codec_embd");
+}
+
+ggml_tensor * build_frame_embed(ggml_context * ctx, const Talker & t, const CodePredictor & cp, int64_t n) {
+    const int64_t groups = t.n_code_groups;
+    ggml_tensor * codes = input(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n, groups), kFrameCodes);
+    auto rows = [&](ggml_tensor * table, int64_t g) {
+        return ggml_get_rows(ctx, table, ggml_view_1d(ctx, codes, n, g * codes->nb[1]));
+    };
+    ggml_tensor * x = rows(t.codec_embd, 0);
+    for (int64_t g = 1; g < groups; ++g) x = ggml_add(ctx, x, rows(cp.codec_embd[g - 1], g));
+    return named(x, "frame_embd");
 }
 
 }  // namespace qtts

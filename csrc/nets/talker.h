@@ -1,10 +1,34 @@
-// Talker graphs: the Qwen3 decoder over codec-stream embeddings, final norm, codec head.
+// The talker: a Qwen3 transformer over the codec stream, with the text embedding and its
+// projection MLP, the codec embedding and the codec head (docs/model.md, "Talker").
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "runtime/transformer.h"
-#include "runtime/model.h"
 
 namespace qtts {
+
+class GgufFile;
+struct CodePredictor;
+
+struct Talker {
+    Transformer tfm;                  // QWEN3, hp.n_embd = D
+    int text_vocab = 0, text_embd = 0, codec_vocab = 0, n_code_groups = 0;
+    std::vector<int> mrope_section;   // rotated pairs per (time, height, width); all rotate by time here
+    ggml_tensor * text_tok = nullptr;     // [text_embd, text_vocab]
+    ggml_tensor * fc1 = nullptr;          // [text_embd, text_embd]
+    ggml_tensor * fc1_b = nullptr;        // [text_embd]
+    ggml_tensor * fc2 = nullptr;          // [text_embd, D]
+    ggml_tensor * fc2_b = nullptr;        // [D]
+    ggml_tensor * codec_embd = nullptr;   // [D, codec_vocab]
+    ggml_tensor * output_norm = nullptr;  // [D]
+    ggml_tensor * codec_head = nullptr;   // [D, codec_vocab]
+
+    int n_embd() const { return tfm.hp.n_embd; }
+};
+
+void load_talker(GgufFile & f, Talker & t);
 
 // Graph input names, filled by the session after allocation.
 inline constexpr const char * kTalkerEmbd = "talker.inp_embd";   // F32 [D, n] (prefill)
@@ -13,15 +37,25 @@ inline constexpr const char * kTalkerText = "talker.inp_text";   // F32 [D] (ste
 inline constexpr const char * kTalkerPos = "talker.inp_pos";     // I32 [n]
 inline constexpr const char * kTalkerHidden = "talker.hidden";   // output: normed last hidden [D]
 inline constexpr const char * kTalkerLogits = "talker.logits";   // output: codec logits [vocab]
+inline constexpr const char * kEmbedIds = "embd_ids";            // I32 [n] (text_embed, codec_embed)
+inline constexpr const char * kFrameCodes = "frame_codes";       // I32 [n, groups] group-major (frame_embed)
 
 // Prefill of n prompt embeddings at positions n_past..n_past+n-1, attending to the cache's first
 // n_past positions too (one chunk of a chunked prefill). Returns the logits of the last position.
-ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const TalkerWeights & t,
-                                   const KvCache & cache, int n_past, int n);
+ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const KvCache & cache,
+                                   int n_past, int n);
 
 // One decode step at position n_past. The input is C(cb0) + sum_g CPE_{g-1}(cb_g) + the text
-// vector, with the predictor's un-projected tables (spec §2.6).
-ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Model & m, const KvCache & cache,
-                                int n_past);
+// vector, with the code predictor's un-projected tables (docs/model.md, "Talker").
+ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
+                                const KvCache & cache, int n_past);
+
+// P(ids): the text embedding followed by the projection MLP, [D, n].
+ggml_tensor * build_text_embed(ggml_context * ctx, const Talker & t, int64_t n);
+// C(ids): rows of the codec embedding, [D, n].
+ggml_tensor * build_codec_embed(ggml_context * ctx, const Talker & t, int64_t n);
+// F(frame) = C(code_0) + sum_g CPE_{g-1}(code_g) for n frames: how the talker sees a frame of
+// codes (an ICL prompt's reference frames), [D, n].
+ggml_tensor * build_frame_embed(ggml_context * ctx, const Talker & t, const CodePredictor & cp, int64_t n);
 
 }  // namespace qtts

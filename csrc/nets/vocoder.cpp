@@ -1,6 +1,6 @@
-// The codec decoder graph (spec §6.1) and the Session calls that run it. Activations are
+// The vocoder's loader, its graph and the Session calls that run it (docs/model.md, "Vocoder"). Activations are
 // channel-fastest (ne = [C, T]); the convolutions are conv_gemm custom ops over panel-packed
-// weights, SnakeBeta a custom op that also writes the next conv's left context (ops/vocoder_ops.h).
+// weights, SnakeBeta a custom op that also writes the next conv's left context (ops/snake_beta.h).
 //
 // A graph decodes n frames of one segment (one reference chunk) from the segment's carried
 // state and updates that state in place: each conv's last input rows are copied back, and the
@@ -13,62 +13,140 @@
 #include <cmath>
 #include <string>
 
+#include "nets/code_predictor.h"
+#include "nets/talker.h"
 #include "ops/conv_gemm.h"
 #include "ops/snake_beta.h"
-#include "runtime/transformer.h"
 #include "runtime/error.h"
-#include "runtime/graph.h"
+#include "runtime/gguf_file.h"
+#include "runtime/loader.h"
+#include "runtime/metadata.h"
+#include "runtime/names.h"
 #include "runtime/session.h"
 
 namespace qtts {
 
 namespace {
 
-constexpr int kDilations[3] = {1, 3, 9};
-constexpr int64_t kConvNextKernel = 7, kVocKernel = 7;
 constexpr float kConvNextEps = 1e-6f;
-constexpr int64_t kKeyPad = 32;         // attention key padding, a multiple of ggml's F32 SIMD step
+// Attention keys are padded to a multiple of this, ggml's F32 SIMD step, with the padding masked.
+constexpr int64_t kKeyPad = 32;
 constexpr int64_t kMaxGraphFrames = 50;  // 4 s of audio per graph: bounds the compute buffer
 constexpr int64_t kConvWarmup = 16;      // frames through the conv stack before the first kept one
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// Rows t..t+width/C-1 of x, for every t < rows, as one [width, rows] matrix without copying:
-// consecutive rows overlap. ggml_view_2d rejects views larger than dense, so patch a 1-D view
-// (the CPU mul_mat reads src1 rows through nb[1]).
-ggml_tensor * overlapping_rows(ggml_context * ctx, ggml_tensor * x, int64_t width, int64_t rows) {
-    ggml_tensor * v = ggml_view_1d(ctx, x, width, 0);
-    v->ne[1] = rows;
-    v->nb[1] = x->nb[1];
-    v->nb[2] = v->nb[3] = x->nb[1] * rows;
-    return v;
+}  // namespace
+
+Snake load_snake(GgufFile & f, const std::string & a, const std::string & b, int64_t ch) {
+    return {f.tensor(a, {ch}, WeightKind::F32), f.tensor(b, {ch}, WeightKind::F32)};
 }
+
+void load_vocoder(GgufFile & f, const Talker & t, const CodePredictor & cp, Vocoder & c) {
+    c.tfm = load_transformer(f, kv::P_CODEC_DEC, tn::CODEC_DEC, /*has_context=*/false, LayerStyle::VOCODER);
+    c.codebook_size = f.count(kv::DEC_CODEBOOK_SIZE, 1, kMaxVocab);
+    c.codebook_dim = f.count(kv::DEC_CODEBOOK_DIM, 2, kMaxWidth);
+    if (c.codebook_dim % 2 != 0) f.key_error(kv::DEC_CODEBOOK_DIM, format("= %d is odd", c.codebook_dim));
+    c.latent_dim = f.count(kv::DEC_LATENT_DIM, 1, kMaxWidth);
+    c.decoder_dim = f.count(kv::DEC_DECODER_DIM, 1, kMaxWidth);
+    c.n_quantizers = f.count(kv::DEC_NUM_QUANTIZERS, 2, kMaxGroups);
+    // generated frames come here: one code per group, each from the predictor's vocabulary
+    require_same(f, kv::DEC_NUM_QUANTIZERS, c.n_quantizers, kv::TALKER_NUM_CODE_GROUPS, t.n_code_groups);
+    require_same(f, kv::DEC_CODEBOOK_SIZE, c.codebook_size, kv::CODE_PRED_VOCAB_SIZE, cp.vocab);
+    if (c.codebook_size > t.codec_vocab) {
+        f.key_error(kv::DEC_CODEBOOK_SIZE, format("= %d exceeds '%s' = %d", c.codebook_size,
+                                                  kv::TALKER_CODEC_VOCAB_SIZE, t.codec_vocab));
+    }
+    c.sliding_window = f.count(kv::DEC_SLIDING_WINDOW, 1, 1 << 20);
+    c.sample_rate = f.count(kv::DEC_SAMPLE_RATE, kMinRate, kMaxRate);
+    c.upsample_rates = f.counts(kv::DEC_UPSAMPLE_RATES, 1, 8, 1, kMaxKernel);
+    c.upsampling_ratios = f.counts(kv::DEC_UPSAMPLING_RATIOS, 0, 8, 1, kMaxKernel);
+    c.hop_length = f.count(kv::DEC_HOP_LENGTH, 1, 1 << 16);
+    const int64_t r1 = product(c.upsample_rates), r2 = product(c.upsampling_ratios);
+    if (r1 < 0 || r2 < 0 || r1 * r2 != c.hop_length) {
+        f.key_error(kv::DEC_HOP_LENGTH, format("= %d is not the product of '%s' and '%s'", c.hop_length,
+                                               kv::DEC_UPSAMPLE_RATES, kv::DEC_UPSAMPLING_RATIOS));
+    }
+    const int n_voc = static_cast<int>(c.upsample_rates.size());
+    // each vocoder block halves the channels
+    if (c.decoder_dim % (1 << n_voc) != 0) {
+        f.key_error(kv::DEC_DECODER_DIM, format("= %d is not divisible by 2^%d (one halving per upsample rate)",
+                                                c.decoder_dim, n_voc));
+    }
+    const int64_t half = c.codebook_dim / 2, cd = c.codebook_dim, lat = c.latent_dim, h = c.tfm.hp.n_embd;
+    for (int g = 0; g < c.n_quantizers; ++g) {
+        c.codebooks.push_back(f.tensor(format(tn::DEC_CODEBOOK, g), {half, c.codebook_size}, WeightKind::F32));
+    }
+    c.rvq_first_out = f.tensor(tn::DEC_RVQ_FIRST_OUT, {half, cd}, WeightKind::F32);
+    c.rvq_rest_out = f.tensor(tn::DEC_RVQ_REST_OUT, {half, cd}, WeightKind::F32);
+    c.pre_conv = load_panels(f, tn::DEC_PRE_CONV, kPreConvKernel, cd, lat);
+    c.pre_conv_b = f.tensor(tn::DEC_PRE_CONV_B, {lat}, WeightKind::F32);
+    c.tfm_in = f.tensor(tn::DEC_TFM_IN, {lat, h}, WeightKind::F32);
+    c.tfm_in_b = f.tensor(tn::DEC_TFM_IN_B, {h}, WeightKind::F32);
+    c.tfm_norm = f.tensor(tn::DEC_TFM_NORM, {h}, WeightKind::F32);
+    c.tfm_out = f.tensor(tn::DEC_TFM_OUT, {h, lat}, WeightKind::F32);
+    c.tfm_out_b = f.tensor(tn::DEC_TFM_OUT_B, {lat}, WeightKind::F32);
+    for (size_t i = 0; i < c.upsampling_ratios.size(); ++i) {
+        const int u = static_cast<int>(i);
+        Vocoder::Upsample up;
+        up.conv = load_panels(f, format(tn::DEC_UP_CONV, u), 1, lat, c.upsampling_ratios[i] * lat);
+        up.conv_b = f.tensor(format(tn::DEC_UP_CONV_B, u), {lat}, WeightKind::F32);
+        up.dwconv = f.tensor(format(tn::DEC_UP_DWCONV, u), {lat, kConvNextKernel}, WeightKind::F32);
+        up.dwconv_b = f.tensor(format(tn::DEC_UP_DWCONV_B, u), {lat}, WeightKind::F32);
+        up.norm = f.tensor(format(tn::DEC_UP_NORM, u), {lat}, WeightKind::F32);
+        up.norm_b = f.tensor(format(tn::DEC_UP_NORM_B, u), {lat}, WeightKind::F32);
+        up.pw1 = load_panels(f, format(tn::DEC_UP_PW1, u), 1, lat, 4 * lat);
+        up.pw1_b = f.tensor(format(tn::DEC_UP_PW1_B, u), {4 * lat}, WeightKind::F32);
+        up.pw2 = load_panels(f, format(tn::DEC_UP_PW2, u), 1, 4 * lat, lat);
+        up.pw2_b = f.tensor(format(tn::DEC_UP_PW2_B, u), {lat}, WeightKind::F32);
+        up.gamma = f.tensor(format(tn::DEC_UP_GAMMA, u), {lat}, WeightKind::F32);
+        c.upsample.push_back(up);
+    }
+    const int64_t dd = c.decoder_dim;
+    c.voc_in = load_panels(f, tn::DEC_VOC_IN, kVocKernel, lat, dd);
+    c.voc_in_b = f.tensor(tn::DEC_VOC_IN_B, {dd}, WeightKind::F32);
+    for (int b = 0; b < n_voc; ++b) {
+        const int64_t in = dd >> b, out = dd >> (b + 1), r = c.upsample_rates[b];
+        Vocoder::VocBlock blk;
+        blk.snake = load_snake(f, format(tn::DEC_VOC_SNAKE_A, b), format(tn::DEC_VOC_SNAKE_B, b), in);
+        blk.up = load_panels(f, format(tn::DEC_VOC_UP, b), 1, in, 2 * r * out);
+        blk.up_b = f.tensor(format(tn::DEC_VOC_UP_B, b), {out}, WeightKind::F32);
+        for (int j = 0; j < kResidualUnits; ++j) {
+            Vocoder::Residual res;
+            res.snake1 = load_snake(f, format(tn::DEC_RES_SNAKE1_A, b, j), format(tn::DEC_RES_SNAKE1_B, b, j), out);
+            res.conv1 = load_panels(f, format(tn::DEC_RES_CONV1, b, j), kVocKernel, out, out);
+            res.conv1_b = f.tensor(format(tn::DEC_RES_CONV1_B, b, j), {out}, WeightKind::F32);
+            res.snake2 = load_snake(f, format(tn::DEC_RES_SNAKE2_A, b, j), format(tn::DEC_RES_SNAKE2_B, b, j), out);
+            res.conv2 = load_panels(f, format(tn::DEC_RES_CONV2, b, j), 1, out, out);
+            res.conv2_b = f.tensor(format(tn::DEC_RES_CONV2_B, b, j), {out}, WeightKind::F32);
+            blk.res.push_back(res);
+        }
+        c.voc.push_back(std::move(blk));
+    }
+    const int64_t last = dd >> n_voc;
+    c.out_snake = load_snake(f, tn::DEC_OUT_SNAKE_A, tn::DEC_OUT_SNAKE_B, last);
+    c.out_conv = load_panels(f, tn::DEC_OUT_CONV, kVocKernel, last, 1);
+    c.out_conv_b = f.tensor(tn::DEC_OUT_CONV_B, {1}, WeightKind::F32);
+}
+
+namespace {
 
 struct Builder {
     ggml_context * ctx;
     ggml_cgraph * gf;
-    const CodecDecoderWeights & w;
-    CodecState & st;
+    const Vocoder & w;
+    VocoderState & st;
 
-    // After the graph has read `left`, it receives the last rows of xp for the next graph.
-    void keep(ggml_tensor * xp, ggml_tensor * left) {
-        const int64_t p = left->ne[1];
-        ggml_tensor * tail = ggml_view_2d(ctx, xp, xp->ne[0], p, xp->nb[1], (xp->ne[1] - p) * xp->nb[1]);
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, left));
-    }
     ggml_tensor * with_left(ggml_tensor * x, ggml_tensor * left) {
         ggml_tensor * xp = ggml_concat(ctx, left, x, 1);
-        keep(xp, left);
+        keep(ctx, gf, xp, left);
         return xp;
     }
     ggml_tensor * snake(ggml_tensor * x, const Snake & s, ggml_tensor * left) {
         ggml_tensor * y = snake_beta(ctx, x, s.exp_alpha, s.inv_beta, left);
-        if (left) keep(y, left);
+        if (left) keep(ctx, gf, y, left);
         return y;
     }
-
-    // the transformer's linears are single-tap conv-GEMM panels
-    ggml_tensor * gemm(ggml_tensor * x, ggml_tensor * wt) { return conv_gemm(ctx, x, wt, x->ne[1], nullptr, nullptr); }
 
     ggml_tensor * rvq(ggml_tensor * codes, int64_t n) {
         auto embd = [&](int g) {
@@ -80,47 +158,20 @@ struct Builder {
                      "cd.rvq");
     }
 
-    ggml_tensor * attention(ggml_tensor * x, ggml_tensor * pos, ggml_tensor * mask, int il, int64_t n_kv) {
-        const TransformerHParams & hp = w.hp;
-        const LayerWeights & l = w.layers[il];
-        const int64_t n = x->ne[1], hd = hp.head_dim, nkv = hp.n_head_kv;
-        auto rope = [&](ggml_tensor * t) {
-            return ggml_rope_ext(ctx, t, pos, nullptr, hd, GGML_ROPE_TYPE_NEOX, 0, hp.rope_base, 1.0f, 0.0f, 1.0f,
-                                 0.0f, 0.0f);
-        };
-        ggml_tensor * q = rope(ggml_reshape_3d(ctx, gemm(x, l.wq), hd, hp.n_head, n));
-        ggml_tensor * k = rope(ggml_reshape_3d(ctx, gemm(x, l.wk), hd, nkv, n));
-        ggml_tensor * v = ggml_reshape_3d(ctx, gemm(x, l.wv), hd, nkv, n);
-        const size_t es = sizeof(float), row = hd * nkv * es;
-        ggml_tensor *ck = st.k[il], *cv = st.v[il];
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, k, ggml_view_3d(ctx, ck, hd, nkv, n, hd * es, row, st.n_past * row)));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, v, ggml_view_3d(ctx, cv, hd, nkv, n, hd * es, row, st.n_past * row)));
-        ggml_tensor * K = ggml_view_3d(ctx, ck, hd, n_kv, nkv, row, hd * es, 0);
-        ggml_tensor * V = ggml_view_3d(ctx, cv, hd, n_kv, nkv, row, hd * es, 0);
-        ggml_tensor * kq = ggml_mul_mat(ctx, K, ggml_permute(ctx, q, 0, 2, 1, 3));  // [n_kv, n, n_head]
-        kq = ggml_soft_max_ext(ctx, kq, mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f);
-        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, V, 1, 0, 2, 3));  // [n_kv, hd, nkv]
-        ggml_tensor * o = ggml_permute(ctx, ggml_mul_mat(ctx, vt, kq), 0, 2, 1, 3);
-        return gemm(ggml_cont_2d(ctx, o, hd * hp.n_head, n), l.wo);
-    }
-
     ggml_tensor * transformer(ggml_tensor * x, ggml_tensor * pos, ggml_tensor * mask, int64_t n_kv) {
-        const float eps = w.hp.eps;
         x = linear(ctx, x, w.tfm_in, w.tfm_in_b);
-        for (int il = 0; il < static_cast<int>(w.layers.size()); ++il) {
-            const LayerWeights & l = w.layers[il];
-            ggml_tensor * a = attention(rms_norm(ctx, x, l.attn_norm, eps), pos, mask, il, n_kv);
-            x = named(ggml_add(ctx, x, ggml_mul(ctx, a, l.attn_scale)), "cd.tfm.%d.attn_res", il);
-            ggml_tensor * h = rms_norm(ctx, x, l.ffn_norm, eps);
-            h = gemm(ggml_swiglu_split(ctx, gemm(h, l.ffn_gate), gemm(h, l.ffn_up)), l.ffn_down);
-            x = named(ggml_add(ctx, x, ggml_mul(ctx, h, l.ffn_scale)), "cd.tfm.%d.out", il);
-        }
-        return named(linear(ctx, rms_norm(ctx, x, w.tfm_norm, eps), w.tfm_out, w.tfm_out_b), "cd.tfm");
+        const KvWindow kv{&st.k, &st.v, st.n_past, n_kv};
+        StackOptions o;
+        o.prefix = "cd.tfm";
+        o.kv = &kv;
+        o.mask = mask;
+        x = transformer_stack(ctx, gf, x, pos, w.tfm, o);
+        return named(linear(ctx, rms_norm(ctx, x, w.tfm_norm, w.tfm.hp.eps), w.tfm_out, w.tfm_out_b), "cd.tfm");
     }
 
     // Causal ConvTranspose with kernel = stride: one GEMM whose tap-major outputs are the frames.
     ggml_tensor * upsample(ggml_tensor * x, int i) {
-        const CodecDecoderWeights::Upsample & u = w.upsample[i];
+        const Vocoder::Upsample & u = w.upsample[i];
         const int64_t C = w.latent_dim, n = x->ne[1] * w.upsampling_ratios[i];
         x = ggml_add(ctx, ggml_reshape_2d(ctx, conv_gemm(ctx, x, u.conv, x->ne[1], nullptr, nullptr), C, n), u.conv_b);
         // ConvNeXt: causal depthwise k7 as a sum of shifted rows, then LayerNorm over channels
@@ -140,15 +191,15 @@ struct Builder {
     // SnakeBeta, causal ConvTranspose (kernel 2r, stride r, r trimmed on the right) as one GEMM
     // over the frames and their predecessor plus an add of the two halves, 3 residual units.
     ggml_tensor * voc_block(ggml_tensor * x, int b) {
-        const CodecDecoderWeights::VocBlock & blk = w.voc[b];
+        const Vocoder::VocBlock & blk = w.voc[b];
         const int64_t n = x->ne[1], r = w.upsample_rates[b], C = w.decoder_dim >> (b + 1);
         ggml_tensor * y = conv_gemm(ctx, snake(x, blk.snake, st.blocks[b].up), blk.up, n + 1, nullptr, nullptr);
         const size_t cb = C * sizeof(float);
         ggml_tensor * cur = ggml_view_3d(ctx, y, C, r, n, cb, y->nb[1], y->nb[1]);  // taps 0..r-1 of frame t
         ggml_tensor * prev = ggml_view_3d(ctx, y, C, r, n, cb, y->nb[1], r * cb);   // taps r..2r-1 of frame t-1
         x = ggml_add(ctx, ggml_reshape_2d(ctx, ggml_add(ctx, cur, prev), C, r * n), blk.up_b);
-        for (int j = 0; j < 3; ++j) {
-            const CodecDecoderWeights::Residual & u = blk.res[j];
+        for (int j = 0; j < kResidualUnits; ++j) {
+            const Vocoder::Residual & u = blk.res[j];
             ggml_tensor * h = conv_gemm(ctx, snake(x, u.snake1, st.blocks[b].res[j]), u.conv1, r * n, u.conv1_b, nullptr);
             // the block's output is "cd.blk<b>.res2"
             x = named(conv_gemm(ctx, snake(h, u.snake2, nullptr), u.conv2, r * n, u.conv2_b, x), "cd.blk%d.res%d", b, j);
@@ -159,10 +210,9 @@ struct Builder {
     // full = false stops after the transformer: it only advances the segment's state (the
     // transformer's keys/values and the pre-conv context) for frames whose audio is not needed.
     ggml_tensor * build(int64_t n, int64_t n_kv, bool full) {
-        ggml_tensor * codes = named(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n, w.n_quantizers), "cd.codes");
-        ggml_tensor * pos = named(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), "cd.pos");
-        ggml_tensor * mask = named(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n), "cd.mask");
-        for (ggml_tensor * t : {codes, pos, mask}) ggml_set_input(t);
+        ggml_tensor * codes = input(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n, w.n_quantizers), "cd.codes");
+        ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), "cd.pos");
+        ggml_tensor * mask = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n), "cd.mask");
 
         ggml_tensor * x = with_left(rvq(codes, n), st.pre_conv);
         x = named(conv_gemm(ctx, x, w.pre_conv, n, w.pre_conv_b, nullptr), "cd.pre_conv");
@@ -180,7 +230,7 @@ struct Builder {
     }
 };
 
-void check_codes(const CodecDecoderWeights & w, const std::vector<int32_t> & codes, int64_t n) {
+void check_codes(const Vocoder & w, const std::vector<int32_t> & codes, int64_t n) {
     const int64_t g = w.n_quantizers;
     if (n < 0 || static_cast<int64_t>(codes.size()) != n * g) {
         fail("codes must have shape [n, %lld], got %zu values for %lld frames", static_cast<long long>(g), codes.size(),
@@ -196,18 +246,16 @@ void check_codes(const CodecDecoderWeights & w, const std::vector<int32_t> & cod
 
 }  // namespace
 
-CodecState::CodecState(const CodecDecoderWeights & w, ggml_backend_t backend) {
-    const size_t n_tensors = 4 + 2 * w.layers.size() + w.upsample.size() + 4 * w.voc.size();
-    ggml_init_params ip = {ggml_tensor_overhead() * n_tensors, nullptr, /*no_alloc=*/true};
-    ctx_ = ggml_init(ip);
-    if (!ctx_) fail("could not create the codec state context");
-    n_ctx = round_up(kCodecChunk + kCodecContext, kKeyPad);
-    const TransformerHParams & hp = w.hp;
-    auto f32 = [&](int64_t a, int64_t b) { return ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, a, b); };
-    pre_conv = f32(w.codebook_dim, 2);
-    for (size_t il = 0; il < w.layers.size(); ++il) {
-        k.push_back(ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx));
-        v.push_back(ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx));
+VocoderState::VocoderState(const Vocoder & w, ggml_backend_t backend) {
+    const size_t n_layer = w.tfm.layers.size();
+    ggml_context * ctx = state_.begin(4 + 2 * n_layer + w.upsample.size() + (1 + kResidualUnits) * w.voc.size());
+    n_ctx = round_up(kDecodeChunk + kDecodeContext, kKeyPad);
+    const TransformerHParams & hp = w.tfm.hp;
+    auto f32 = [&](int64_t a, int64_t b) { return ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a, b); };
+    pre_conv = f32(w.codebook_dim, kPreConvKernel - 1);
+    for (size_t il = 0; il < n_layer; ++il) {
+        k.push_back(ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx));
+        v.push_back(ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx));
     }
     for (size_t i = 0; i < w.upsample.size(); ++i) up.push_back(f32(w.latent_dim, kConvNextKernel - 1));
     voc_in = f32(w.latent_dim, kVocKernel - 1);
@@ -218,29 +266,20 @@ CodecState::CodecState(const CodecDecoderWeights & w, ggml_backend_t backend) {
         blocks.push_back(blk);
     }
     out = f32(w.decoder_dim >> w.voc.size(), kVocKernel - 1);
-    buf_ = ggml_backend_alloc_ctx_tensors(ctx_, backend);
-    if (!buf_) {
-        ggml_free(ctx_);
-        fail("could not allocate the codec decoder state");
-    }
+    state_.allocate(backend, "the vocoder state");
     reset();
 }
 
-CodecState::~CodecState() {
-    if (buf_) ggml_backend_buffer_free(buf_);
-    if (ctx_) ggml_free(ctx_);
-}
-
-void CodecState::reset() {
+void VocoderState::reset() {
     // zeros are the causal padding, and keep the masked cache rows finite
-    ggml_backend_buffer_clear(buf_, 0);
+    state_.clear();
     n_past = 0;
 }
 
-std::vector<float> Session::codec_run(CodecState & st, const int32_t * codes, int64_t n,
+std::vector<float> Session::codec_run(VocoderState & st, const int32_t * codes, int64_t n,
                                       const std::vector<std::string> & stages, std::vector<CodecStage> * got,
                                       bool full) {
-    const CodecDecoderWeights & w = model_->codec_decoder;
+    const Vocoder & w = model_->vocoder;
     const int64_t g = w.n_quantizers, n_kv = round_up(st.n_past + n, kKeyPad);
     if (n_kv > st.n_ctx) fail("codec decoder: segment of %lld frames exceeds its cache", static_cast<long long>(st.n_past + n));
     ggml_cgraph * gf = run(
@@ -266,9 +305,9 @@ std::vector<float> Session::codec_run(CodecState & st, const int32_t * codes, in
                 const int64_t p = st.n_past + t;
                 for (int64_t j = std::max<int64_t>(0, p - w.sliding_window + 1); j <= p; ++j) mask[t * n_kv + j] = 0.0f;
             }
-            ggml_backend_tensor_set(ggml_graph_get_tensor(graph, "cd.codes"), ids.data(), 0, ids.size() * sizeof(int32_t));
-            ggml_backend_tensor_set(ggml_graph_get_tensor(graph, "cd.pos"), pos.data(), 0, pos.size() * sizeof(int32_t));
-            ggml_backend_tensor_set(ggml_graph_get_tensor(graph, "cd.mask"), mask.data(), 0, mask.size() * sizeof(float));
+            set_input(graph, "cd.codes", ids);
+            set_input(graph, "cd.pos", pos);
+            set_input(graph, "cd.mask", mask);
         });
     st.n_past += n;
     if (got) {
@@ -287,15 +326,15 @@ std::vector<float> Session::codec_run(CodecState & st, const int32_t * codes, in
 // its state at the first kept frame is bit-identical either way.
 void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std::vector<float> & out) {
     require_cpu_codec("the codec decoder");
-    const CodecDecoderWeights & w = model_->codec_decoder;
+    const Vocoder & w = model_->vocoder;
     const int64_t g = w.n_quantizers, hop = w.hop_length, f0 = s.n_frames, f1 = f0 + n;
-    for (int64_t c = f0 / kCodecChunk;; ++c) {
-        const int64_t emit = std::max(c * kCodecChunk, s.silent_until), end = c * kCodecChunk + kCodecChunk;
-        const int64_t start = c * kCodecChunk - std::min(c * kCodecChunk, kCodecContext);
+    for (int64_t c = f0 / kDecodeChunk;; ++c) {
+        const int64_t emit = std::max(c * kDecodeChunk, s.silent_until), end = c * kDecodeChunk + kDecodeChunk;
+        const int64_t start = c * kDecodeChunk - std::min(c * kDecodeChunk, kDecodeContext);
         if (start >= f1) break;
         const int slot = static_cast<int>(c % 2);
         if (s.chunk[slot] != c) {
-            if (!s.slot[slot]) s.slot[slot] = std::make_unique<CodecState>(w, cpu_);
+            if (!s.slot[slot]) s.slot[slot] = std::make_unique<VocoderState>(w, cpu_);
             s.slot[slot]->reset();
             s.chunk[slot] = c;
         }
@@ -312,16 +351,15 @@ void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std:
     s.n_frames = f1;
 }
 
-// The codecs' custom ops run on the CPU threadpool and read their weights and state from host
-// memory (the loader keeps those weights there on any device).
 void Session::require_cpu_codec(const char * what) const {
-    if (!ggml_backend_buffer_is_host(model_->codec_decoder.pre_conv->buffer)) {
-        fail("%s needs its weights in host memory, which this model's device did not allow", what);
+    if (!ggml_backend_buffer_is_host(model_->vocoder.pre_conv->buffer)) {
+        throw EngineError(format("%s needs its weights in host memory, which this model's device did not allow", what),
+                          {});
     }
 }
 
 std::vector<float> Session::decode(const std::vector<int32_t> & codes, int64_t n) {
-    check_codes(model_->codec_decoder, codes, n);
+    check_codes(model_->vocoder, codes, n);
     if (n < 1) fail("decode needs at least one frame");
     CodecStream s;
     std::vector<float> out;
@@ -337,7 +375,7 @@ void Session::decode_stream_reset(int64_t silent_frames) {
 }
 
 std::vector<float> Session::decode_stream_push(const std::vector<int32_t> & codes, int64_t n) {
-    check_codes(model_->codec_decoder, codes, n);
+    check_codes(model_->vocoder, codes, n);
     std::vector<float> out;
     codec_push(codec_stream_, codes.data(), n, out);
     return out;
@@ -345,10 +383,10 @@ std::vector<float> Session::decode_stream_push(const std::vector<int32_t> & code
 
 std::vector<CodecStage> Session::decode_stages(const std::vector<int32_t> & codes, int64_t n,
                                                const std::vector<std::string> & stages) {
-    check_codes(model_->codec_decoder, codes, n);
-    if (n < 1 || n > kCodecChunk) fail("decode_stages takes 1 to %lld frames", static_cast<long long>(kCodecChunk));
+    check_codes(model_->vocoder, codes, n);
+    if (n < 1 || n > kDecodeChunk) fail("decode_stages takes 1 to %lld frames", static_cast<long long>(kDecodeChunk));
     require_cpu_codec("the codec decoder");
-    CodecState st(model_->codec_decoder, cpu_);
+    VocoderState st(model_->vocoder, cpu_);
     std::vector<CodecStage> got;
     codec_run(st, codes.data(), n, stages, &got, true);
     return got;

@@ -1,8 +1,9 @@
-// The 12 Hz codec decoder (codes -> 24 kHz waveform) as a causal stream. The network is causal
-// end to end, so a graph over any run of frames computes their samples exactly, given the
-// state carried from the frames before: the left context of every convolution and the keys
-// and values of the sliding-window transformer. Session::decode and the streaming calls
-// (nets/vocoder.cpp) run the reference's chunked decode this way.
+// The vocoder (the 12 Hz codec's decoder: codes -> 24 kHz waveform) as a causal stream
+// (docs/model.md, "Vocoder"). The network is causal end to end, so a graph over any run of
+// frames computes their samples exactly, given the state carried from the frames before: the
+// left context of every convolution and the keys and values of the sliding-window transformer.
+// Session::decode and the streaming calls (nets/vocoder.cpp) run the reference's chunked decode
+// this way.
 #pragma once
 
 #include <cstdint>
@@ -10,41 +11,91 @@
 #include <vector>
 
 #include "ggml-backend.h"
-#include "runtime/model.h"
+#include "runtime/graph.h"
+#include "runtime/transformer.h"
 
 namespace qtts {
 
-// The reference decodes in chunks of 300 frames, each with up to 25 frames of left context
-// and positions restarting at 0 (`chunked_decode`, spec §6.1); these are its defaults.
-constexpr int64_t kCodecChunk = 300;
-constexpr int64_t kCodecContext = 25;
+class GgufFile;
+struct Talker;
+struct CodePredictor;
+
+// The reference decodes in chunks of 300 frames, each with up to 25 frames of left context and
+// positions restarting at 0 (its `chunked_decode`); these are its defaults.
+inline constexpr int64_t kDecodeChunk = 300;
+inline constexpr int64_t kDecodeContext = 25;
+inline constexpr int64_t kPreConvKernel = 3;   // the conv after the RVQ
+inline constexpr int64_t kConvNextKernel = 7;  // the upsampling stages' depthwise conv
+inline constexpr int64_t kVocKernel = 7;       // the vocoder's input, residual and output convs
+inline constexpr int kResidualUnits = 3;      // per vocoder block
+inline constexpr int kDilations[kResidualUnits] = {1, 3, 9};
+
+struct Snake {
+    ggml_tensor *exp_alpha = nullptr, *inv_beta = nullptr;  // [channels] each
+};
+
+// Conv and ConvTranspose weights are conv-GEMM panels (runtime/loader.h) of `taps` taps;
+// depthwise kernels are [C, k]. cd = codebook_dim, L = latent_dim, H = transformer width,
+// V = decoder_dim (halved by each vocoder block).
+struct Vocoder {
+    Transformer tfm;  // VOCODER
+    int codebook_size = 0, codebook_dim = 0, latent_dim = 0, decoder_dim = 0, n_quantizers = 0;
+    int sliding_window = 0, sample_rate = 0, hop_length = 0;
+    std::vector<int> upsample_rates, upsampling_ratios;
+    std::vector<ggml_tensor *> codebooks;                          // per quantizer: [cd/2, codebook_size]
+    ggml_tensor *rvq_first_out = nullptr, *rvq_rest_out = nullptr;  // [cd/2, cd]
+    ggml_tensor *pre_conv = nullptr, *pre_conv_b = nullptr;        // cd -> L, kPreConvKernel taps
+    ggml_tensor *tfm_in = nullptr, *tfm_in_b = nullptr;            // [L, H]
+    ggml_tensor *tfm_norm = nullptr;                               // [H]
+    ggml_tensor *tfm_out = nullptr, *tfm_out_b = nullptr;          // [H, L]
+    struct Upsample {
+        ggml_tensor *conv = nullptr, *conv_b = nullptr;      // L -> ratio * L, 1 tap (ConvTranspose)
+        ggml_tensor *dwconv = nullptr, *dwconv_b = nullptr;  // [L, kConvNextKernel]
+        ggml_tensor *norm = nullptr, *norm_b = nullptr;      // [L]
+        ggml_tensor *pw1 = nullptr, *pw1_b = nullptr;        // L -> 4 L
+        ggml_tensor *pw2 = nullptr, *pw2_b = nullptr;        // 4 L -> L
+        ggml_tensor *gamma = nullptr;                        // [L]
+    };
+    std::vector<Upsample> upsample;
+    ggml_tensor *voc_in = nullptr, *voc_in_b = nullptr;  // L -> V, kVocKernel taps
+    struct Residual {
+        Snake snake1, snake2;
+        ggml_tensor *conv1 = nullptr, *conv1_b = nullptr;  // out -> out, kVocKernel taps
+        ggml_tensor *conv2 = nullptr, *conv2_b = nullptr;  // out -> out, 1 tap
+    };
+    struct VocBlock {
+        Snake snake;                                  // [in]
+        ggml_tensor *up = nullptr, *up_b = nullptr;   // in -> 2 r out (ConvTranspose, kernel 2r)
+        std::vector<Residual> res;                    // kResidualUnits
+    };
+    std::vector<VocBlock> voc;  // block b: in = V >> b, out = V >> (b + 1)
+    Snake out_snake;
+    ggml_tensor *out_conv = nullptr, *out_conv_b = nullptr;  // V >> n_blocks -> 1, kVocKernel taps
+};
+
+void load_vocoder(GgufFile & f, const Talker & t, const CodePredictor & cp, Vocoder & c);
 
 // The carried state of one chunk's decode ("segment"), zero at the segment's first frame.
-class CodecState {
+class VocoderState {
 public:
-    CodecState(const CodecDecoderWeights & w, ggml_backend_t backend);
-    ~CodecState();
-    CodecState(const CodecState &) = delete;
-    CodecState & operator=(const CodecState &) = delete;
-
+    VocoderState(const Vocoder & w, ggml_backend_t backend);
     void reset();
 
     int64_t n_past = 0;  // frames already decoded in this segment
     int64_t n_ctx = 0;   // key/value capacity in frames
-    ggml_tensor * pre_conv = nullptr;  // [codebook_dim, 2]: the last RVQ frames
+    ggml_tensor * pre_conv = nullptr;  // [codebook_dim, kPreConvKernel - 1]: the last RVQ frames
     std::vector<ggml_tensor *> k, v;   // [head_dim, n_head_kv, n_ctx] per layer
-    std::vector<ggml_tensor *> up;     // [latent, 6] per upsampling stage: ConvNeXt dwconv input
-    ggml_tensor * voc_in = nullptr;    // [latent, 6]
+    std::vector<ggml_tensor *> up;     // [latent, kConvNextKernel - 1] per upsampling stage
+    ggml_tensor * voc_in = nullptr;    // [latent, kVocKernel - 1]
     struct Block {
-        ggml_tensor * up = nullptr;     // [in, 1]: the last Snake output before the ConvTranspose
-        std::vector<ggml_tensor *> res;  // [out, 6*dilation] per residual unit
+        ggml_tensor * up = nullptr;      // [in, 1]: the last Snake output before the ConvTranspose
+        std::vector<ggml_tensor *> res;  // [out, (kVocKernel - 1) * dilation] per residual unit
     };
     std::vector<Block> blocks;
-    ggml_tensor * out = nullptr;  // [last, 6]
+    ggml_tensor * out = nullptr;  // [last, kVocKernel - 1]
 
 private:
-    ggml_context * ctx_ = nullptr;
-    ggml_backend_buffer_t buf_ = nullptr;
+    StateBuffer state_;
 };
 
 // A named intermediate of the decoder graph, [rows, width] row-major.
@@ -54,11 +105,11 @@ struct CodecStage {
 };
 
 // Where a stream of frames stands: the next frame's index and the live segments, chunk c in
-// slot c % 2 (chunk c+1 starts warming 25 frames before chunk c ends).
+// slot c % 2 (chunk c+1 starts warming kDecodeContext frames before chunk c ends).
 struct CodecStream {
     int64_t n_frames = 0;
     int64_t silent_until = 0;  // frames before this one give no samples (an ICL reference)
-    std::unique_ptr<CodecState> slot[2];
+    std::unique_ptr<VocoderState> slot[2];
     int64_t chunk[2] = {-1, -1};
 };
 

@@ -34,6 +34,14 @@ void fail(const char * fmt, ...) {
     throw Error(s);
 }
 
+void engine_fail(const GgmlErrorCapture & log, const char * fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::string s = vformat(fmt, ap);
+    va_end(ap);
+    throw EngineError(s, log.lines());
+}
+
 static thread_local std::vector<std::string> * t_capture = nullptr;
 
 static void log_callback(enum ggml_log_level level, const char * text, void *) {

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace qtts {
@@ -10,6 +11,15 @@ namespace qtts {
 // A problem with user input (file, tensor, field, argument): surfaces as ValueError.
 struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
+};
+
+// The engine failed on valid input (a buffer that cannot be allocated, a graph the scheduler
+// cannot place or that fails to compute): surfaces as qtts.errors.QttsError with ggml's error
+// lines logged meanwhile (docs/architecture.md, "Errors").
+struct EngineError : std::runtime_error {
+    EngineError(const std::string & message, std::vector<std::string> log)
+        : std::runtime_error(message), ggml_log(std::move(log)) {}
+    std::vector<std::string> ggml_log;
 };
 
 // printf-style message formatting.
@@ -22,6 +32,15 @@ std::string format(const char * fmt, ...)
 [[noreturn]] void fail(const char * fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+class GgmlErrorCapture;
+
+// Throws EngineError with the lines `log` collected so far.
+[[noreturn]] void engine_fail(const GgmlErrorCapture & log, const char * fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
 #endif
     ;
 
@@ -38,6 +57,7 @@ public:
     GgmlErrorCapture & operator=(const GgmlErrorCapture &) = delete;
     // The collected lines, without ggml's "function: " prefixes, joined with "; ".
     std::string text() const;
+    const std::vector<std::string> & lines() const { return lines_; }
 
 private:
     std::vector<std::string> lines_;

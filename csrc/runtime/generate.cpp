@@ -1,13 +1,15 @@
-// The per-frame generation loop (spec §2.6): talker prefill, then per frame the code predictor
-// and one talker step, sampling cb0 from the talker and cb1..15 from the predictor.
+// The per-frame generation loop (docs/model.md, "Generation loop"): talker prefill, then per
+// frame the code predictor and one talker step, sampling cb0 from the talker and cb1.. from the
+// code predictor (the subtalker).
 #include <algorithm>
 #include <chrono>
 #include <limits>
 
 #include "nets/code_predictor.h"
-#include "runtime/error.h"
-#include "runtime/session.h"
 #include "nets/talker.h"
+#include "runtime/error.h"
+#include "runtime/graph.h"
+#include "runtime/session.h"
 
 namespace qtts {
 
@@ -25,12 +27,6 @@ std::vector<int32_t> positions(int n_past, int n) {
     return pos;
 }
 
-void set_input(ggml_cgraph * gf, const char * name, const void * data, size_t bytes) {
-    ggml_tensor * t = ggml_graph_get_tensor(gf, name);
-    if (!t || ggml_nbytes(t) != bytes) fail("graph input '%s' is missing or has the wrong size", name);
-    ggml_backend_tensor_set(t, data, 0, bytes);
-}
-
 TalkerOutput talker_output(ggml_cgraph * gf) {
     return {read_tensor(gf, kTalkerLogits), read_tensor(gf, kTalkerHidden)};
 }
@@ -38,16 +34,16 @@ TalkerOutput talker_output(ggml_cgraph * gf) {
 }  // namespace
 
 TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n, int n_ctx) {
-    const TalkerWeights & t = model_->talker;
-    if (n < 1 || embd.size() != static_cast<size_t>(n) * t.hp.n_embd) {
-        fail("talker prefill: expected [%d, %d] embeddings, got %zu values", n, t.hp.n_embd, embd.size());
+    const Talker & t = model_->talker;
+    if (n < 1 || embd.size() != static_cast<size_t>(n) * t.n_embd()) {
+        fail("talker prefill: expected [%d, %d] embeddings, got %zu values", n, t.n_embd(), embd.size());
     }
-    if (talker_cache_.n_ctx() < std::max(n, n_ctx)) talker_cache_.reserve(backend_, t.hp, std::max(n, n_ctx));
+    if (talker_cache_.n_ctx() < std::max(n, n_ctx)) talker_cache_.reserve(backend_, t.tfm.hp, std::max(n, n_ctx));
     // Chunks of prefill_chunk_ positions, each attending to the cache so far: the attention
     // scores of a chunk are [n_past + chunk, chunk, heads], linear in the prompt rather than
     // quadratic. Each row is the same dot products and softmax over the keys it sees as in one
     // graph (equal to rounding: masked keys no longer pad the rows).
-    const size_t d = static_cast<size_t>(t.hp.n_embd);
+    const size_t d = static_cast<size_t>(t.n_embd());
     ggml_cgraph * gf = nullptr;
     for (int n_past = 0; n_past < n; n_past += prefill_chunk_) {
         const int c = std::min(prefill_chunk_, n - n_past);
@@ -57,19 +53,19 @@ TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n, int
                  },
                  [&](ggml_cgraph * g) {
                      set_input(g, kTalkerEmbd, embd.data() + n_past * d, c * d * sizeof(float));
-                     set_input(g, kTalkerPos, pos.data(), pos.size() * sizeof(int32_t));
+                     set_input(g, kTalkerPos, pos);
                  });
     }
     return talker_output(gf);
 }
 
 TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const float * text, int n_past) {
-    const TalkerWeights & t = model_->talker;
+    const Talker & t = model_->talker;
     if (static_cast<int>(codes.size()) != t.n_code_groups) {
         fail("talker step: expected %d codes, got %zu", t.n_code_groups, codes.size());
     }
     for (size_t g = 0; g < codes.size(); ++g) {
-        const int vocab = g == 0 ? t.codec_vocab : model_->code_pred.vocab;
+        const int vocab = g == 0 ? t.codec_vocab : model_->code_predictor.vocab;
         if (codes[g] < 0 || codes[g] >= vocab) fail("talker step: code %d of group %zu is out of range", codes[g], g);
     }
     if (n_past < 1 || n_past >= talker_cache_.n_ctx()) {
@@ -78,10 +74,12 @@ TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const floa
     }
     const int32_t pos = n_past;
     ggml_cgraph * gf = run(
-        [&](ggml_context * ctx, ggml_cgraph * g) { return build_talker_step(ctx, g, *model_, talker_cache_, n_past); },
+        [&](ggml_context * ctx, ggml_cgraph * g) {
+            return build_talker_step(ctx, g, t, model_->code_predictor, talker_cache_, n_past);
+        },
         [&](ggml_cgraph * g) {
-            set_input(g, kTalkerCodes, codes.data(), codes.size() * sizeof(int32_t));
-            set_input(g, kTalkerText, text, model_->talker.hp.n_embd * sizeof(float));
+            set_input(g, kTalkerCodes, codes);
+            set_input(g, kTalkerText, text, t.n_embd() * sizeof(float));
             set_input(g, kTalkerPos, &pos, sizeof(pos));
         });
     return talker_output(gf);
@@ -94,11 +92,13 @@ void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32
         const int32_t code = codes[step];
         const std::vector<int32_t> pos = step == 0 ? positions(0, 2) : positions(step + 1, 1);
         ggml_cgraph * gf = run(
-            [&](ggml_context * ctx, ggml_cgraph * g) { return build_predictor_step(ctx, g, *model_, pred_cache_, step); },
+            [&](ggml_context * ctx, ggml_cgraph * g) {
+                return build_predictor_step(ctx, g, model_->code_predictor, model_->talker, pred_cache_, step);
+            },
             [&](ggml_cgraph * g) {
                 set_input(g, kPredCode, &code, sizeof(code));
-                set_input(g, kPredPos, pos.data(), pos.size() * sizeof(int32_t));
-                if (step == 0) set_input(g, kPredHidden, hidden.data(), hidden.size() * sizeof(float));
+                set_input(g, kPredPos, pos);
+                if (step == 0) set_input(g, kPredHidden, hidden);
             });
         std::vector<float> logits = read_tensor(gf, kPredLogits);
         codes[step + 1] = select_token(logits, p, rng);
@@ -108,9 +108,9 @@ void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32
 void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
                              int n_trailing, const GenerateParams & p) {
     const Model & m = *model_;
-    const int d = m.talker.hp.n_embd, groups = m.talker.n_code_groups;
+    const int d = m.talker.n_embd(), groups = m.talker.n_code_groups;
     if (p.max_new_tokens < 1) fail("max_new_tokens must be at least 1, got %d", p.max_new_tokens);
-    if (p.max_frames < 0) fail("the frame budget must not be negative, got %d", p.max_frames);
+    if (p.frame_budget < 0) fail("frame_budget must not be negative, got %d", p.frame_budget);
     if (n_trailing < 0 || trailing.size() != static_cast<size_t>(n_trailing) * d) {
         fail("trailing text: expected [%d, %d] values, got %zu", n_trailing, d, trailing.size());
     }
@@ -126,15 +126,16 @@ void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, co
     g->pad = text_embed({m.text_ids.pad});
     g->n_prompt = n_prompt;
     g->n_trailing = n_trailing;
-    // The Hugging Face suppression is the top 1024 ids (spec §4), whatever the vocabulary.
-    g->suppress_begin = m.talker.codec_vocab - 1024;
+    // The reference suppresses the top kSuppressedIds ids whatever the vocabulary (docs/model.md,
+    // "Sampling and stopping").
+    g->suppress_begin = m.talker.codec_vocab - kSuppressedIds;
     g->frame.resize(groups);
     // Positions used: the prompt, then one per fed frame (at most max_new_tokens - 1, and at most
     // the budget): the cache is sized to this request, not to a fixed maximum.
     int max_fed = p.max_new_tokens - 1;
-    if (p.max_frames > 0) max_fed = std::min(max_fed, p.max_frames);
-    talker_cache_.reserve(backend_, m.talker.hp, n_prompt + std::max(max_fed, 1));
-    pred_cache_.reserve(backend_, m.code_pred.hp, groups);
+    if (p.frame_budget > 0) max_fed = std::min(max_fed, p.frame_budget);
+    talker_cache_.reserve(backend_, m.talker.tfm.hp, n_prompt + std::max(max_fed, 1));
+    pred_cache_.reserve(backend_, m.code_predictor.tfm.hp, groups);
     cancel_.store(false);
     auto t0 = Clock::now();
     g->out = talker_prefill(prompt, n_prompt);
@@ -142,13 +143,14 @@ void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, co
     gen_ = std::move(g);
 }
 
-GenerateResult Session::generate_next(int max_frames, const std::function<bool()> & should_stop) {
+GenerateResult Session::generate_next(int n_frames, const std::function<bool()> & should_stop) {
+    if (n_frames < 1) fail("generate_next: n_frames must be at least 1, got %d", n_frames);
     if (!gen_) fail("no generation in progress (call generate_begin first)");
     GenerationState & g = *gen_;
     const Model & m = *model_;
-    const int d = m.talker.hp.n_embd, eos = m.codec_ids.eos;
+    const int d = m.talker.n_embd(), eos = m.codec_ids.eos;
     GenerateResult chunk;
-    while (g.total.stop_reason.empty() && chunk.frames < max_frames) {
+    while (g.total.stop_reason.empty() && chunk.frames < n_frames) {
         if (g.need_step) {
             const int f = g.total.frames - 1;
             const float * text = f < g.n_trailing ? g.trailing.data() + static_cast<size_t>(f) * d : g.pad.data();
@@ -165,7 +167,7 @@ GenerateResult Session::generate_next(int max_frames, const std::function<bool()
             g.total.stop_reason = "eos";
         } else if (static_cast<int>(g.history.size()) >= g.p.max_new_tokens) {
             g.total.stop_reason = "max_new_tokens";
-        } else if (g.p.max_frames > 0 && g.total.frames >= g.p.max_frames) {
+        } else if (g.p.frame_budget > 0 && g.total.frames >= g.p.frame_budget) {
             g.total.stop_reason = "budget";
         } else if (cancel_.load() || (should_stop && should_stop())) {
             g.total.stop_reason = "cancelled";
@@ -173,7 +175,7 @@ GenerateResult Session::generate_next(int max_frames, const std::function<bool()
         if (!g.total.stop_reason.empty()) break;
         g.frame[0] = cb0;
         auto t0 = Clock::now();
-        predict_frame(g.out.hidden, g.frame, g.p.predictor, g.rng);
+        predict_frame(g.out.hidden, g.frame, g.p.subtalker, g.rng);
         g.total.predictor_ms += ms_since(t0);
         chunk.codes.insert(chunk.codes.end(), g.frame.begin(), g.frame.end());
         ++chunk.frames;
@@ -197,9 +199,9 @@ void Session::end_generation(const GenerationState & g) {
 }
 
 GenerateResult Session::generate(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
-                                 int n_trailing, const GenerateParams & p) {
+                                 int n_trailing, const GenerateParams & p, const std::function<bool()> & should_stop) {
     generate_begin(prompt, n_prompt, trailing, n_trailing, p);
-    GenerateResult r = generate_next(std::numeric_limits<int>::max(), p.should_stop);
+    GenerateResult r = generate_next(std::numeric_limits<int>::max(), should_stop);
     gen_.reset();
     return r;
 }

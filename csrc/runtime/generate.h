@@ -1,8 +1,8 @@
-// Parameters and results of one code generation (spec §2.6, §4).
+// Parameters and results of one code generation (docs/model.md, "Generation loop"; adding a
+// parameter: docs/architecture.md, "Adding a sampling parameter").
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,15 +11,27 @@
 
 namespace qtts {
 
+// The reference's generate() default for min_new_tokens (not in generation_config.json).
+inline constexpr int kMinNewTokens = 2;
+// The reference's max_new_tokens when generation_config.json gives none.
+inline constexpr int kMaxNewTokens = 2048;
+
+// One generation's settings: the talker samples cb0, the subtalker (the code predictor) cb1..
 struct GenerateParams {
-    SamplingParams talker, predictor;
+    SamplingParams talker, subtalker;
     float repetition_penalty = 1.0f;
-    int max_new_tokens = 0;  // sampled cb0 tokens, EOS included: at most max_new_tokens - 1 frames
-    int max_frames = 0;      // the runaway guard's frame budget; 0: none
-    int min_new_tokens = 2;  // EOS is masked until this many cb0 tokens exist (the reference's 2)
+    int max_new_tokens = kMaxNewTokens;  // sampled cb0 tokens, EOS included: at most max_new_tokens - 1 frames
+    int min_new_tokens = kMinNewTokens;  // EOS is masked until this many cb0 tokens exist
+    int frame_budget = 0;                // the runaway guard: at most this many frames; 0: none
     uint64_t seed = 0;
-    // Polled once per frame (for Ctrl-C); returning true cancels the generation.
-    std::function<bool()> should_stop;
+};
+
+// A model's generation_config.json, as the converter stored it (the reference's defaults
+// when the file has none).
+struct GenerationDefaults {
+    SamplingParams talker{true, 0.9f, 50, 1.0f}, subtalker{true, 0.9f, 50, 1.0f};
+    float repetition_penalty = 1.05f;
+    int max_new_tokens = kMaxNewTokens;
 };
 
 struct GenerateResult {

@@ -323,6 +323,7 @@ void GgufFile::check_complete() const {
 }
 
 std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev, const std::vector<std::string> & host_prefixes) {
+    GgmlErrorCapture log;  // a buffer the device refuses is an engine failure, with ggml's reasons
     const size_t data_offset = gguf_get_data_offset(gguf_);
     std::vector<ggml_backend_buffer_t> bufs;
     const int64_t n = gguf_get_n_tensors(gguf_);
@@ -349,19 +350,19 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev, const
         for (int64_t i = 0; i < n; ++i) max_tensor = std::max(max_tensor, gguf_get_tensor_size(gguf_, i));
         uint8_t * base = map_->data() + data_offset;
         mapped = ggml_backend_dev_buffer_from_host_ptr(cpu, base, file_size_ - data_offset, max_tensor);
-        if (!mapped) fail("%s: the device could not map the weights", path_.c_str());
+        if (!mapped) engine_fail(log, "%s: the device could not map the weights", path_.c_str());
         ggml_backend_buffer_set_usage(mapped, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         bufs.push_back(mapped);
         for (int64_t i = 0; i < n; ++i) {
             if (!on_host(gguf_get_tensor_name(gguf_, i))) continue;
             ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
             if (ggml_backend_tensor_alloc(mapped, t, base + gguf_get_tensor_offset(gguf_, i)) != GGML_STATUS_SUCCESS) {
-                fail("%s: cannot place tensor '%s'", path_.c_str(), t->name);
+                engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), t->name);
             }
         }
         if (host) return bufs;
     } else if (any_host && !host) {
-        if (!cpu) fail("%s: no CPU device for the codec weights", path_.c_str());
+        if (!cpu) engine_fail(log, "%s: no CPU device for the codec weights", path_.c_str());
         // no mapping: the host tensors get a CPU buffer of their own, filled below
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(cpu);
         const size_t align = ggml_backend_buft_get_alignment(buft);
@@ -370,20 +371,20 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev, const
             if (on_host(t->name)) size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
         }
         ggml_backend_buffer_t hb = ggml_backend_buft_alloc_buffer(buft, size);
-        if (!hb) fail("%s: out of host memory for the codec weights", path_.c_str());
+        if (!hb) engine_fail(log, "%s: out of host memory for the codec weights", path_.c_str());
         ggml_backend_buffer_set_usage(hb, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         bufs.push_back(hb);
         ggml_tallocr ta = ggml_tallocr_new(hb);
         for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
             if (on_host(t->name) && ggml_tallocr_alloc(&ta, t) != GGML_STATUS_SUCCESS) {
-                fail("%s: cannot place tensor '%s'", path_.c_str(), t->name);
+                engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), t->name);
             }
         }
     }
 
     // everything not placed yet goes to the device
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(meta_, ggml_backend_dev_buffer_type(dev));
-    if (!buf) fail("%s: out of device memory for the weights on %s", path_.c_str(), ggml_backend_dev_name(dev));
+    if (!buf) engine_fail(log, "%s: out of device memory for the weights on %s", path_.c_str(), ggml_backend_dev_name(dev));
     ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     bufs.push_back(buf);
     FILE * f = std::fopen(path_.c_str(), "rb");

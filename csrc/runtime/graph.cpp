@@ -3,6 +3,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "runtime/error.h"
+
 namespace qtts {
 
 ggml_tensor * named(ggml_tensor * t, const char * fmt, ...) {
@@ -14,9 +16,76 @@ ggml_tensor * named(ggml_tensor * t, const char * fmt, ...) {
     return ggml_set_name(t, buf);
 }
 
+ggml_tensor * input(ggml_tensor * t, const char * name) {
+    ggml_set_input(t);
+    return ggml_set_name(t, name);
+}
+
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) {
     ggml_tensor * y = ggml_mul_mat(ctx, w, x);
     return b ? ggml_add(ctx, y, b) : y;
+}
+
+ggml_tensor * overlapping_rows(ggml_context * ctx, ggml_tensor * x, int64_t width, int64_t rows, size_t step) {
+    if (step == 0) step = x->nb[1];
+    ggml_tensor * v = ggml_view_1d(ctx, x, width, 0);
+    v->ne[1] = rows;
+    v->nb[1] = step;
+    v->nb[2] = v->nb[3] = step * rows;
+    return v;
+}
+
+void keep(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * xp, ggml_tensor * left) {
+    const int64_t p = left->ne[1];
+    ggml_tensor * tail = ggml_view_2d(ctx, xp, xp->ne[0], p, xp->nb[1], (xp->ne[1] - p) * xp->nb[1]);
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, left));
+}
+
+void set_input(ggml_cgraph * gf, const char * name, const void * data, size_t bytes) {
+    ggml_tensor * t = ggml_graph_get_tensor(gf, name);
+    if (!t || ggml_nbytes(t) != bytes) fail("graph input '%s' is missing or has the wrong size", name);
+    ggml_backend_tensor_set(t, data, 0, bytes);
+}
+
+static std::vector<float> to_host(const ggml_tensor * t) {
+    std::vector<float> out(static_cast<size_t>(ggml_nelements(t)));
+    ggml_backend_tensor_get(t, out.data(), 0, ggml_nbytes(t));
+    return out;
+}
+
+std::vector<float> read_tensor(ggml_cgraph * gf, const char * name) {
+    const ggml_tensor * t = ggml_graph_get_tensor(gf, name);
+    if (!t) fail("graph has no tensor named '%s'", name);
+    return to_host(t);
+}
+
+std::vector<float> read_output(ggml_cgraph * gf) { return to_host(ggml_graph_node(gf, -1)); }
+
+ggml_context * StateBuffer::begin(size_t n_tensors) {
+    release();
+    GgmlErrorCapture log;
+    ggml_init_params ip = {ggml_tensor_overhead() * n_tensors, nullptr, /*no_alloc=*/true};
+    ctx_ = ggml_init(ip);
+    if (!ctx_) engine_fail(log, "could not create a ggml context for %zu state tensors", n_tensors);
+    return ctx_;
+}
+
+void StateBuffer::allocate(ggml_backend_t backend, const char * what) {
+    GgmlErrorCapture log;
+    buf_ = ggml_backend_alloc_ctx_tensors(ctx_, backend);
+    if (!buf_) {
+        release();
+        engine_fail(log, "could not allocate %s", what);
+    }
+}
+
+void StateBuffer::clear() { ggml_backend_buffer_clear(buf_, 0); }
+
+void StateBuffer::release() {
+    if (buf_) ggml_backend_buffer_free(buf_);
+    if (ctx_) ggml_free(ctx_);
+    buf_ = nullptr;
+    ctx_ = nullptr;
 }
 
 }  // namespace qtts

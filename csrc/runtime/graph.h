@@ -1,6 +1,12 @@
-// Shared graph-building helpers. Every intermediate gets a name so stages can be dumped.
+// Shared graph-building helpers: every intermediate gets a name so stages can be dumped; inputs
+// are filled by name once the scheduler allocated the graph; carried state lives in a
+// StateBuffer between graphs.
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
+#include "ggml-backend.h"
 #include "ggml.h"
 
 namespace qtts {
@@ -12,7 +18,57 @@ ggml_tensor * named(ggml_tensor * t, const char * fmt, ...)
 #endif
     ;
 
+// A graph input named `name`, filled after allocation with set_input.
+ggml_tensor * input(ggml_tensor * t, const char * name);
+
 // y = W x (+ b); W in ggml order [in, out], x [in, n].
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b = nullptr);
+
+// Rows t..t+width/C-1 of x for every t < rows, rows `step` bytes apart (x's row stride when 0),
+// as one [width, rows] matrix without copying: consecutive rows overlap. ggml_view_2d rejects
+// views larger than dense, so this patches a 1-D view (the CPU mul_mat and conv-GEMM read src1
+// rows through nb[1]).
+ggml_tensor * overlapping_rows(ggml_context * ctx, ggml_tensor * x, int64_t width, int64_t rows, size_t step = 0);
+
+// Once the graph has read `left` ([C, p], a conv's carried left context), it receives the last p
+// rows of xp for the next graph.
+void keep(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * xp, ggml_tensor * left);
+
+// Copy `bytes` into the graph input `name`; an Error when the graph has no such input or its
+// size differs (a graph and its caller out of step).
+void set_input(ggml_cgraph * gf, const char * name, const void * data, size_t bytes);
+template <typename T> void set_input(ggml_cgraph * gf, const char * name, const std::vector<T> & v) {
+    set_input(gf, name, v.data(), v.size() * sizeof(T));
+}
+
+// An F32 graph tensor (an output or an input) copied to the host.
+std::vector<float> read_tensor(ggml_cgraph * gf, const char * name);
+// The graph's last node, the one Session::run marked as its output.
+std::vector<float> read_output(ggml_cgraph * gf);
+
+// The tensors a network carries from one graph to the next (a KV cache, a codec's conv context):
+// their ggml context and the backend buffer that holds them.
+class StateBuffer {
+public:
+    StateBuffer() = default;
+    ~StateBuffer() { release(); }
+    StateBuffer(const StateBuffer &) = delete;
+    StateBuffer & operator=(const StateBuffer &) = delete;
+
+    // Free what is held and start a context for up to n_tensors tensors (created by the caller).
+    ggml_context * begin(size_t n_tensors);
+    // Allocate every tensor of the context on `backend` (contents undefined until clear()); an
+    // EngineError naming `what` when the buffer cannot be had.
+    void allocate(ggml_backend_t backend, const char * what);
+    // Zero the buffer.
+    void clear();
+    void release();
+    bool allocated() const { return buf_ != nullptr; }
+    size_t bytes() const { return buf_ ? ggml_backend_buffer_get_size(buf_) : 0; }
+
+private:
+    ggml_context * ctx_ = nullptr;
+    ggml_backend_buffer_t buf_ = nullptr;
+};
 
 }  // namespace qtts

@@ -15,7 +15,7 @@ constexpr int kMaxTopK = 1 << 22;
 // The bounds qtts.generation puts on the same settings passed as arguments (SCALE_RANGE,
 // MAX_NEW_TOKENS), so that a file's defaults never fail there.
 constexpr float kMinScale = 1e-6f;
-constexpr int kMaxNewTokens = 32768;
+constexpr int kMaxNewTokenLimit = 32768;
 constexpr int32_t kTokenUnused = 5;  // gguf's token type for an empty slot
 
 // checked against its vocabulary once the networks are read
@@ -74,16 +74,16 @@ void read_metadata(const GgufFile & f, Model & m) {
                    id(f, kv::CODEC_THINK_ID), id(f, kv::CODEC_NOTHINK_ID), id(f, kv::CODEC_THINK_BOS_ID),
                    id(f, kv::CODEC_THINK_EOS_ID)};
     GenerationDefaults & g = m.gen;
-    g.do_sample = f.boolean(kv::GEN_DO_SAMPLE);
-    g.temperature = f.real(kv::GEN_TEMPERATURE, kMinScale, 100.0f, /*closed=*/true);
-    g.top_k = f.count(kv::GEN_TOP_K, 0, kMaxTopK);
-    g.top_p = f.real(kv::GEN_TOP_P, 1e-6f, 1.0f, /*closed=*/true);
+    g.talker.do_sample = f.boolean(kv::GEN_DO_SAMPLE);
+    g.talker.temperature = f.real(kv::GEN_TEMPERATURE, kMinScale, 100.0f, /*closed=*/true);
+    g.talker.top_k = f.count(kv::GEN_TOP_K, 0, kMaxTopK);
+    g.talker.top_p = f.real(kv::GEN_TOP_P, 1e-6f, 1.0f, /*closed=*/true);
     g.repetition_penalty = f.real(kv::GEN_REPETITION_PENALTY, kMinScale, 100.0f, /*closed=*/true);
-    g.sub_do_sample = f.boolean(kv::GEN_SUB_DO_SAMPLE);
-    g.sub_temperature = f.real(kv::GEN_SUB_TEMPERATURE, kMinScale, 100.0f, /*closed=*/true);
-    g.sub_top_k = f.count(kv::GEN_SUB_TOP_K, 0, kMaxTopK);
-    g.sub_top_p = f.real(kv::GEN_SUB_TOP_P, 1e-6f, 1.0f, /*closed=*/true);
-    g.max_new_tokens = f.count(kv::GEN_MAX_NEW_TOKENS, 2, kMaxNewTokens);
+    g.subtalker.do_sample = f.boolean(kv::GEN_SUB_DO_SAMPLE);
+    g.subtalker.temperature = f.real(kv::GEN_SUB_TEMPERATURE, kMinScale, 100.0f, /*closed=*/true);
+    g.subtalker.top_k = f.count(kv::GEN_SUB_TOP_K, 0, kMaxTopK);
+    g.subtalker.top_p = f.real(kv::GEN_SUB_TOP_P, 1e-6f, 1.0f, /*closed=*/true);
+    g.max_new_tokens = f.count(kv::GEN_MAX_NEW_TOKENS, 2, kMaxNewTokenLimit);
 
     const std::vector<std::string> lang_names = f.str_array(kv::LANGUAGE_NAMES);
     const std::vector<int32_t> lang_ids = f.i32_array(kv::LANGUAGE_IDS);
@@ -125,7 +125,7 @@ void check_metadata(const GgufFile & f, const Model & m) {
     // the reference clip is resampled once, to the rate the codecs share
     if (m.speaker_encoder) {
         require_same(f, kv::SPK_SAMPLE_RATE, m.speaker_encoder->sample_rate, kv::DEC_SAMPLE_RATE,
-                     m.codec_decoder.sample_rate);
+                     m.vocoder.sample_rate);
     }
     check_tokenizer(f, tv);
 }

@@ -1,4 +1,5 @@
-// Token selection, following the reference's Hugging Face logits pipeline (spec §4).
+// Token selection, following the reference's Hugging Face logits pipeline (docs/model.md,
+// "Sampling and stopping").
 #pragma once
 
 #include <cstdint>
@@ -6,6 +7,10 @@
 #include <vector>
 
 namespace qtts {
+
+// The talker suppresses this many ids at the top of its codec vocabulary (control tokens), EOS
+// excepted.
+inline constexpr int kSuppressedIds = 1024;
 
 struct SamplingParams {
     bool do_sample = false;

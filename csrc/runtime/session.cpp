@@ -11,20 +11,22 @@ static void set_cpu_threads(ggml_backend_t cpu, int n_threads, ggml_threadpool_t
     ggml_backend_cpu_set_n_threads(cpu, n_threads);
     // Without a persistent pool (the wheel has no OpenMP) every graph spawns and joins threads.
     ggml_threadpool_params p = ggml_threadpool_params_default(n_threads);
+    GgmlErrorCapture log;
     *tp = ggml_threadpool_new(&p);
-    if (!*tp) fail("could not create a threadpool of %d threads", n_threads);
+    if (!*tp) engine_fail(log, "could not create a threadpool of %d threads", n_threads);
     ggml_backend_cpu_set_threadpool(cpu, *tp);
 }
 
 Session::Session(std::shared_ptr<const Model> model, int n_threads) : model_(std::move(model)), n_threads_(n_threads) {
     if (n_threads < 1) fail("n_threads must be at least 1, got %d", n_threads);
+    GgmlErrorCapture log;
     backend_ = ggml_backend_dev_init(model_->device, nullptr);
-    if (!backend_) fail("could not initialise device %s", ggml_backend_dev_name(model_->device));
+    if (!backend_) engine_fail(log, "could not initialise device %s", ggml_backend_dev_name(model_->device));
     if (ggml_backend_is_cpu(backend_)) {
         cpu_ = backend_;
     } else {
         cpu_ = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
-        if (!cpu_) fail("could not initialise the CPU backend");
+        if (!cpu_) engine_fail(log, "could not initialise the CPU backend");
     }
     set_cpu_threads(cpu_, n_threads_, &threadpool_);
     make_sched();
@@ -42,9 +44,10 @@ Session::~Session() {
 void Session::make_sched() {
     std::vector<ggml_backend_t> backends = {backend_};
     if (cpu_ != backend_) backends.push_back(cpu_);
+    GgmlErrorCapture log;
     sched_ = ggml_backend_sched_new(backends.data(), nullptr, static_cast<int>(backends.size()), kMaxNodes,
                                     /*parallel=*/false, /*op_offload=*/true);
-    if (!sched_) fail("could not create the backend scheduler");
+    if (!sched_) engine_fail(log, "could not create the backend scheduler");
     if (profiling_) ggml_backend_sched_set_eval_callback(sched_, &Session::profile_node, this);
 }
 
@@ -100,26 +103,20 @@ ggml_cgraph * Session::run(const std::function<ggml_tensor *(ggml_context *, ggm
     ggml_set_output(out);
     ggml_build_forward_expand(gf, out);
     ggml_backend_sched_reset(sched_);
-    if (!ggml_backend_sched_alloc_graph(sched_, gf)) fail("could not allocate the compute graph");
+    GgmlErrorCapture log;
+    if (!ggml_backend_sched_alloc_graph(sched_, gf)) engine_fail(log, "could not allocate the compute graph");
     set_inputs(gf);
-    if (ggml_backend_sched_graph_compute(sched_, gf) != GGML_STATUS_SUCCESS) fail("graph compute failed");
+    const ggml_status status = ggml_backend_sched_graph_compute(sched_, gf);
+    if (status != GGML_STATUS_SUCCESS) engine_fail(log, "graph compute failed: %s", ggml_status_to_string(status));
     return gf;
 }
 
 std::vector<float> Session::text_embed(const std::vector<int32_t> & ids) {
-    const TalkerWeights & t = model_->talker;
-    return embed_rows(ids, t.text_vocab, "text", [&](ggml_context * ctx, ggml_tensor * inp) {
-        ggml_tensor * x = named(ggml_get_rows(ctx, t.text_tok, inp), "text_tok_embd");
-        x = named(ggml_silu(ctx, linear(ctx, x, t.fc1, t.fc1_b)), "text_proj_hidden");
-        return named(linear(ctx, x, t.fc2, t.fc2_b), "text_proj");
-    });
+    return embed_rows(ids, model_->talker.text_vocab, "text", &build_text_embed);
 }
 
 std::vector<float> Session::codec_embed(const std::vector<int32_t> & ids) {
-    const TalkerWeights & t = model_->talker;
-    return embed_rows(ids, t.codec_vocab, "codec", [&](ggml_context * ctx, ggml_tensor * inp) {
-        return named(ggml_get_rows(ctx, t.codec_embd, inp), "codec_embd");
-    });
+    return embed_rows(ids, model_->talker.codec_vocab, "codec", &build_codec_embed);
 }
 
 std::vector<float> Session::frame_embed(const std::vector<int32_t> & codes, int64_t n) {
@@ -132,61 +129,29 @@ std::vector<float> Session::frame_embed(const std::vector<int32_t> & codes, int6
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t g = 0; g < G; ++g) {
             const int32_t c = codes[t * G + g];
-            if (c < 0 || c >= m.code_pred.vocab) {
+            if (c < 0 || c >= m.code_predictor.vocab) {
                 fail("code %d at frame %lld, group %lld is outside [0, %d)", c, static_cast<long long>(t),
-                     static_cast<long long>(g), m.code_pred.vocab);
+                     static_cast<long long>(g), m.code_predictor.vocab);
             }
             ids[g * n + t] = c;
         }
     }
     ggml_cgraph * gf = run(
-        [&](ggml_context * ctx, ggml_cgraph *) {
-            ggml_tensor * inp = named(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n, G), "frame_codes");
-            ggml_set_input(inp);
-            auto rows = [&](ggml_tensor * table, int64_t g) {
-                return ggml_get_rows(ctx, table, ggml_view_1d(ctx, inp, n, g * inp->nb[1]));
-            };
-            ggml_tensor * x = rows(m.talker.codec_embd, 0);
-            for (int64_t g = 1; g < G; ++g) x = ggml_add(ctx, x, rows(m.code_pred.codec_embd[g - 1], g));
-            return named(x, "frame_embd");
-        },
-        [&](ggml_cgraph * gf) {
-            ggml_backend_tensor_set(ggml_graph_get_tensor(gf, "frame_codes"), ids.data(), 0, ids.size() * sizeof(int32_t));
-        });
+        [&](ggml_context * ctx, ggml_cgraph *) { return build_frame_embed(ctx, m.talker, m.code_predictor, n); },
+        [&](ggml_cgraph * g) { set_input(g, kFrameCodes, ids); });
     return read_output(gf);
 }
 
 std::vector<float> Session::embed_rows(const std::vector<int32_t> & ids, int vocab, const char * what,
-                                       const std::function<ggml_tensor *(ggml_context *, ggml_tensor *)> & build) {
+                                       ggml_tensor * (*build)(ggml_context *, const Talker &, int64_t)) {
     if (ids.empty()) fail("%s embedding: no token ids", what);
     for (int32_t id : ids) {
         if (id < 0 || id >= vocab) fail("%s token id %d is outside the %s vocabulary [0, %d)", what, id, what, vocab);
     }
     const int64_t n = static_cast<int64_t>(ids.size());
-    ggml_cgraph * gf = run(
-        [&](ggml_context * ctx, ggml_cgraph *) {
-            ggml_tensor * inp = named(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), "embd_ids");
-            ggml_set_input(inp);
-            return build(ctx, inp);
-        },
-        [&](ggml_cgraph * gf) {
-            ggml_backend_tensor_set(ggml_graph_get_tensor(gf, "embd_ids"), ids.data(), 0, ids.size() * sizeof(int32_t));
-        });
+    ggml_cgraph * gf = run([&](ggml_context * ctx, ggml_cgraph *) { return build(ctx, model_->talker, n); },
+                           [&](ggml_cgraph * g) { set_input(g, kEmbedIds, ids); });
     return read_output(gf);
 }
-
-static std::vector<float> to_host(const ggml_tensor * t) {
-    std::vector<float> out(static_cast<size_t>(ggml_nelements(t)));
-    ggml_backend_tensor_get(t, out.data(), 0, ggml_nbytes(t));
-    return out;
-}
-
-std::vector<float> read_tensor(ggml_cgraph * gf, const char * name) {
-    const ggml_tensor * t = ggml_graph_get_tensor(gf, name);
-    if (!t) fail("graph has no tensor named '%s'", name);
-    return to_host(t);
-}
-
-std::vector<float> read_output(ggml_cgraph * gf) { return to_host(ggml_graph_node(gf, -1)); }
 
 }  // namespace qtts

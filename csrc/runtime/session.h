@@ -10,13 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "nets/vocoder.h"
-#include "nets/codec_encoder.h"
-#include "runtime/transformer.h"
-#include "runtime/generate.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
+#include "runtime/generate.h"
 #include "runtime/model.h"
+#include "runtime/transformer.h"
 
 namespace qtts {
 
@@ -26,11 +24,6 @@ inline constexpr int kPrefillChunk = 256;
 // and the compute buffers back when it ends; ordinary requests (a sentence-sized piece, a voice
 // clone's prompt) stay below it and keep them for the next call.
 inline constexpr int kSteadyContext = 2048;
-
-// An F32 graph tensor (an output or an input) copied to the host.
-std::vector<float> read_tensor(ggml_cgraph * gf, const char * name);
-// The graph's last node, the one run() marked as its output.
-std::vector<float> read_output(ggml_cgraph * gf);
 
 class Session {
 public:
@@ -57,15 +50,17 @@ public:
     // The talker over a prompt of n embeddings ([n, D] row-major), from an empty cache with
     // room for at least n_ctx positions.
     TalkerOutput talker_prefill(const std::vector<float> & embd, int n, int n_ctx = 0);
-    // One talker step after a prefill: the frame's 16 codes and text vector fed at position n_past.
+    // One talker step after a prefill: the frame's codes (one per group) and text vector fed at
+    // position n_past.
     TalkerOutput talker_step(const std::vector<int32_t> & codes, const float * text, int n_past);
 
     // Stepwise generation for streaming: begin (validates, sizes the cache, prefills), then
-    // next(n) runs up to n frames and returns their codes; the returned stop_reason is set once
-    // the generation ended, and the timings are totals so far.
+    // next(n) runs up to n_frames frames and returns their codes; the returned stop_reason is set
+    // once the generation ended, and the timings are totals so far. should_stop is polled once
+    // per frame (for Ctrl-C); returning true cancels the generation.
     void generate_begin(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
                         int n_trailing, const GenerateParams & p);
-    GenerateResult generate_next(int max_frames, const std::function<bool()> & should_stop);
+    GenerateResult generate_next(int n_frames, const std::function<bool()> & should_stop);
 
     // Ask a generation in progress (from any thread) to stop after the current frame.
     void cancel() { cancel_.store(true); }
@@ -73,9 +68,9 @@ public:
     // Codes for a prompt ([n_prompt, D]) and the text vectors added at each decode step
     // ([n_trailing, D], then PAD).
     GenerateResult generate(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
-                            int n_trailing, const GenerateParams & p);
+                            int n_trailing, const GenerateParams & p, const std::function<bool()> & should_stop);
 
-    // The codec decoder (nets/vocoder.cpp); codes are [n, n_quantizers] row-major. decode()
+    // The vocoder (nets/vocoder.cpp); codes are [n, n_quantizers] row-major. decode()
     // reproduces the reference's chunked decode; a stream gives the same samples, bit for bit,
     // however its frames are split into pushes.
     std::vector<float> decode(const std::vector<int32_t> & codes, int64_t n);
@@ -83,13 +78,14 @@ public:
     // are not returned), as the reference frames of an ICL voice.
     void decode_stream_reset(int64_t silent_frames = 0);
     std::vector<float> decode_stream_push(const std::vector<int32_t> & codes, int64_t n);
-    // Named intermediates ("cd.rvq", "cd.tfm", ...) of one graph over n <= 300 frames.
+    // Named intermediates ("cd.rvq", "cd.tfm", ...) of one graph over n <= kDecodeChunk frames.
     std::vector<CodecStage> decode_stages(const std::vector<int32_t> & codes, int64_t n,
                                           const std::vector<std::string> & stages);
 
     // The speaker encoder (Base models): the x-vector of a log-mel [n_frames, mel_dim] row-major.
     std::vector<float> speaker_embed(const std::vector<float> & mel, int64_t n_frames);
-    // The codec encoder: 24 kHz samples -> codes [ceil(N / hop), n_quantizers] row-major.
+    // The codec encoder (nets/codec_encoder.cpp): samples at the codec's rate -> codes
+    // [ceil(N / hop), n_quantizers] row-major.
     std::vector<int32_t> encode(const std::vector<float> & samples);
 
     // Bytes held now: the talker and predictor KV caches, the scheduler's compute buffers.
@@ -122,11 +118,11 @@ private:
                       const std::function<void(ggml_cgraph *)> & set_inputs);
 
     std::vector<float> embed_rows(const std::vector<int32_t> & ids, int vocab, const char * what,
-                                  const std::function<ggml_tensor *(ggml_context *, ggml_tensor *)> & build);
+                                  ggml_tensor * (*build)(ggml_context *, const Talker &, int64_t));
     // cb1..cb15 of one frame into codes[1..], given the talker's hidden state and codes[0].
     void predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
                        std::mt19937_64 & rng);
-    std::vector<float> codec_run(CodecState & st, const int32_t * codes, int64_t n,
+    std::vector<float> codec_run(VocoderState & st, const int32_t * codes, int64_t n,
                                  const std::vector<std::string> & stages, std::vector<CodecStage> * got, bool full);
     void codec_push(CodecStream & s, const int32_t * codes, int64_t n, std::vector<float> & out);
 
@@ -141,6 +137,8 @@ private:
     KvCache talker_cache_, pred_cache_;
     std::atomic<bool> cancel_{false};
     std::unique_ptr<GenerationState> gen_;
+    // The codecs' custom ops run on the CPU threadpool and read their weights and state from host
+    // memory (the loader keeps those weights there on any device).
     void require_cpu_codec(const char * what) const;
     CodecStream codec_stream_;
 };

@@ -2,18 +2,82 @@
 
 #include <cmath>
 
+#include "ops/conv_gemm.h"
 #include "runtime/error.h"
-#include "runtime/graph.h"
+#include "runtime/gguf_file.h"
+#include "runtime/loader.h"
+#include "runtime/names.h"
 
 namespace qtts {
 
-KvCache::~KvCache() { release(); }
+TransformerHParams read_transformer_hparams(const GgufFile & f, const char * prefix, bool has_context) {
+    auto key = [&](const char * pattern) { return format(pattern, prefix); };
+    TransformerHParams hp;
+    const std::string heads = key(kv::T_HEAD_COUNT), kv_heads = key(kv::T_HEAD_COUNT_KV);
+    const std::string head_dim = key(kv::T_KEY_LENGTH);
+    hp.n_embd = f.count(key(kv::T_EMBEDDING_LENGTH).c_str(), 1, kMaxWidth);
+    hp.n_ff = f.count(key(kv::T_FEED_FORWARD_LENGTH).c_str(), 1, 4 * kMaxWidth);
+    hp.n_layer = f.count(key(kv::T_BLOCK_COUNT).c_str(), 1, kMaxLayers);
+    hp.n_head = f.count(heads.c_str(), 1, kMaxHeads);
+    hp.n_head_kv = f.count(kv_heads.c_str(), 1, kMaxHeads);
+    // grouped-query attention broadcasts each KV head over a whole group of query heads
+    if (hp.n_head % hp.n_head_kv != 0) {
+        f.key_error(kv_heads.c_str(), format("= %d does not divide '%s' = %d", hp.n_head_kv, heads.c_str(), hp.n_head));
+    }
+    hp.head_dim = f.count(head_dim.c_str(), 2, 4096);
+    // NEOX rope rotates pairs of dimensions
+    if (hp.head_dim % 2 != 0) f.key_error(head_dim.c_str(), format("= %d is odd (rope needs pairs)", hp.head_dim));
+    if (int64_t(hp.n_head) * hp.head_dim > 4 * kMaxWidth) {
+        f.key_error(head_dim.c_str(), format("= %d times %d heads is too wide", hp.head_dim, hp.n_head));
+    }
+    hp.eps = f.real(key(kv::T_NORM_EPS).c_str(), 0.0f, 1.0f);
+    hp.rope_base = f.real(key(kv::T_ROPE_FREQ_BASE).c_str(), 1.0f, 1e12f, /*closed=*/true);
+    if (has_context) hp.n_ctx = f.count(key(kv::T_CONTEXT_LENGTH).c_str(), 1, 1 << 24);
+    return hp;
+}
+
+Transformer load_transformer(GgufFile & f, const char * prefix, const char * net, bool has_context, LayerStyle style) {
+    Transformer t;
+    t.style = style;
+    t.hp = read_transformer_hparams(f, prefix, has_context);
+    const TransformerHParams & hp = t.hp;
+    const int64_t d = hp.n_embd, q = int64_t(hp.n_head) * hp.head_dim, kv = int64_t(hp.n_head_kv) * hp.head_dim;
+    const bool qwen3 = style == LayerStyle::QWEN3;
+    // grown layer by layer: a corrupt, huge block_count ends at the first missing tensor, not in bad_alloc
+    for (int i = 0; i < hp.n_layer; ++i) {
+        auto n = [&](const char * pat) { return format(pat, net, i); };
+        auto mat = [&](const char * pat, int64_t in, int64_t out) {
+            return qwen3 ? f.tensor(n(pat), {in, out}, WeightKind::MATMUL) : load_panels(f, n(pat), 1, in, out);
+        };
+        auto vec = [&](const char * pat, int64_t len) { return f.tensor(n(pat), {len}, WeightKind::F32); };
+        TransformerLayer & l = t.layers.emplace_back();
+        l.attn_norm = vec(tn::L_ATTN_NORM, d);
+        l.wq = mat(tn::L_ATTN_Q, d, q);
+        l.wk = mat(tn::L_ATTN_K, d, kv);
+        l.wv = mat(tn::L_ATTN_V, d, kv);
+        l.wo = mat(tn::L_ATTN_OUT, q, d);
+        l.ffn_norm = vec(tn::L_FFN_NORM, d);
+        l.ffn_up = mat(tn::L_FFN_UP, d, hp.n_ff);
+        l.ffn_down = mat(tn::L_FFN_DOWN, hp.n_ff, d);
+        if (qwen3) {
+            l.q_norm = vec(tn::L_ATTN_Q_NORM, hp.head_dim);
+            l.k_norm = vec(tn::L_ATTN_K_NORM, hp.head_dim);
+        } else {
+            l.attn_scale = vec(tn::L_ATTN_SCALE, d);
+            l.ffn_scale = vec(tn::L_FFN_SCALE, d);
+        }
+        if (style == LayerStyle::CODEC_ENCODER) {
+            l.attn_norm_b = vec(tn::L_ATTN_NORM_B, d);
+            l.ffn_norm_b = vec(tn::L_FFN_NORM_B, d);
+        } else {
+            l.ffn_gate = mat(tn::L_FFN_GATE, d, hp.n_ff);
+        }
+    }
+    return t;
+}
 
 void KvCache::release() {
-    if (buf_) ggml_backend_buffer_free(buf_);
-    if (ctx_) ggml_free(ctx_);
-    buf_ = nullptr;
-    ctx_ = nullptr;
+    state_.release();
     k.clear();
     v.clear();
     n_ctx_ = 0;
@@ -21,20 +85,19 @@ void KvCache::release() {
 
 void KvCache::reserve(ggml_backend_t backend, const TransformerHParams & hp, int n_ctx) {
     const int width = hp.head_dim * hp.n_head_kv;
-    if (buf_ && n_ctx == n_ctx_ && n_layer_ == hp.n_layer && width_ == width) return;
+    if (state_.allocated() && n_ctx == n_ctx_ && n_layer_ == hp.n_layer && width_ == width) return;
     release();
     if (n_ctx < 1) fail("KV cache needs at least one position, got %d", n_ctx);
-    ggml_init_params ip = {ggml_tensor_overhead() * 2 * static_cast<size_t>(hp.n_layer), nullptr, /*no_alloc=*/true};
-    ctx_ = ggml_init(ip);
-    if (!ctx_) fail("could not create the KV cache context");
+    ggml_context * ctx = state_.begin(2 * static_cast<size_t>(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {
-        k.push_back(named(ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx), "cache_k.%d", il));
-        v.push_back(named(ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx), "cache_v.%d", il));
+        k.push_back(named(ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx), "cache_k.%d", il));
+        v.push_back(named(ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx), "cache_v.%d", il));
     }
-    buf_ = ggml_backend_alloc_ctx_tensors(ctx_, backend);
-    if (!buf_) {
+    try {
+        state_.allocate(backend, format("a KV cache of %d positions", n_ctx).c_str());
+    } catch (...) {
         release();
-        fail("could not allocate a KV cache of %d positions", n_ctx);
+        throw;
     }
     n_ctx_ = n_ctx;
     n_layer_ = hp.n_layer;
@@ -47,58 +110,105 @@ ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, flo
 
 namespace {
 
-ggml_tensor * rope(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pos, const TransformerHParams & hp) {
-    return ggml_rope_ext(ctx, x, pos, nullptr, hp.head_dim, GGML_ROPE_TYPE_NEOX, 0, hp.rope_base,
-                         /*freq_scale=*/1.0f, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, 0.0f, 0.0f);
-}
+struct LayerBuilder {
+    ggml_context * ctx;
+    ggml_cgraph * gf;
+    const Transformer & t;
+    const StackOptions & o;
+    ggml_tensor * pos;
 
-ggml_tensor * attention(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * x, ggml_tensor * pos,
-                        const TransformerHParams & hp, const LayerWeights & l, ggml_tensor * ck, ggml_tensor * cv,
-                        int n_past, const char * p, int il) {
-    const int64_t n = x->ne[1], hd = hp.head_dim, nkv = hp.n_head_kv, n_kv = n_past + n;
-    ggml_tensor * q = ggml_reshape_3d(ctx, linear(ctx, x, l.wq), hd, hp.n_head, n);
-    ggml_tensor * k = ggml_reshape_3d(ctx, linear(ctx, x, l.wk), hd, nkv, n);
-    ggml_tensor * v = named(ggml_reshape_3d(ctx, linear(ctx, x, l.wv), hd, nkv, n), "%s.%d.v", p, il);
-    q = named(rope(ctx, rms_norm(ctx, q, l.q_norm, hp.eps), pos, hp), "%s.%d.q", p, il);
-    k = named(rope(ctx, rms_norm(ctx, k, l.k_norm, hp.eps), pos, hp), "%s.%d.k", p, il);
+    // QWEN3 weights are ggml matrices; the codecs' are single-tap conv-GEMM panels
+    ggml_tensor * mat(ggml_tensor * x, ggml_tensor * w) const {
+        if (t.style == LayerStyle::QWEN3) return ggml_mul_mat(ctx, w, x);
+        return conv_gemm(ctx, x, w, x->ne[1], nullptr, nullptr);
+    }
 
-    const size_t es = sizeof(float), row = hd * nkv * es;
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, k, ggml_view_3d(ctx, ck, hd, nkv, n, hd * es, row, n_past * row)));
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, v, ggml_view_3d(ctx, cv, hd, nkv, n, hd * es, row, n_past * row)));
+    ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) const {
+        if (!b) return rms_norm(ctx, x, w, t.hp.eps);
+        return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, t.hp.eps), w), b);
+    }
 
-    // [hd, n_kv, nkv] views of the cache; mul_mat broadcasts each KV head over its query-head group
-    // in the order the reference's repeat_kv lays them out.
-    ggml_tensor * K = ggml_view_3d(ctx, ck, hd, n_kv, nkv, row, hd * es, 0);
-    ggml_tensor * V = ggml_view_3d(ctx, cv, hd, n_kv, nkv, row, hd * es, 0);
-    ggml_tensor * kq = ggml_mul_mat(ctx, K, ggml_permute(ctx, q, 0, 2, 1, 3));  // [n_kv, n, n_head]
-    if (n > 1) kq = ggml_diag_mask_inf(ctx, kq, n_past);
-    kq = named(ggml_soft_max_ext(ctx, kq, nullptr, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f),
-               "%s.%d.attn_w", p, il);
-    ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, V, 1, 0, 2, 3));  // [n_kv, hd, nkv]
-    ggml_tensor * o = ggml_permute(ctx, ggml_mul_mat(ctx, vt, kq), 0, 2, 1, 3);  // [hd, n_head, n]
-    o = ggml_cont_2d(ctx, o, hd * hp.n_head, n);
-    return named(linear(ctx, o, l.wo), "%s.%d.attn_out", p, il);
-}
+    ggml_tensor * rope(ggml_tensor * x) const {
+        return ggml_rope_ext(ctx, x, pos, nullptr, t.hp.head_dim, GGML_ROPE_TYPE_NEOX, 0, t.hp.rope_base,
+                             /*freq_scale=*/1.0f, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, 0.0f, 0.0f);
+    }
+
+    ggml_tensor * attention(ggml_tensor * x, const TransformerLayer & l, int il) const {
+        const TransformerHParams & hp = t.hp;
+        const char * p = o.prefix;
+        const int64_t n = x->ne[1], hd = hp.head_dim, nkv = hp.n_head_kv;
+        ggml_tensor * q = ggml_reshape_3d(ctx, mat(x, l.wq), hd, hp.n_head, n);
+        ggml_tensor * k = ggml_reshape_3d(ctx, mat(x, l.wk), hd, nkv, n);
+        ggml_tensor * v = named(ggml_reshape_3d(ctx, mat(x, l.wv), hd, nkv, n), "%s.%d.v", p, il);
+        if (l.q_norm) q = rms_norm(ctx, q, l.q_norm, hp.eps);
+        if (l.k_norm) k = rms_norm(ctx, k, l.k_norm, hp.eps);
+        q = named(rope(q), "%s.%d.q", p, il);
+        k = named(rope(k), "%s.%d.k", p, il);
+
+        // K, V: [hd, n_kv, nkv]; mul_mat broadcasts each KV head over its query-head group in the
+        // order the reference's repeat_kv lays them out.
+        ggml_tensor *K, *V;
+        int64_t n_past = 0;
+        if (o.kv) {
+            ggml_tensor *ck = (*o.kv->k)[il], *cv = (*o.kv->v)[il];
+            const size_t es = sizeof(float), row = hd * nkv * es;
+            n_past = o.kv->n_past;
+            auto slots = [&](ggml_tensor * c) { return ggml_view_3d(ctx, c, hd, nkv, n, hd * es, row, n_past * row); };
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, k, slots(ck)));
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, v, slots(cv)));
+            K = ggml_view_3d(ctx, ck, hd, o.kv->n_kv, nkv, row, hd * es, 0);
+            V = ggml_view_3d(ctx, cv, hd, o.kv->n_kv, nkv, row, hd * es, 0);
+        } else {
+            K = ggml_permute(ctx, k, 0, 2, 1, 3);
+            V = ggml_permute(ctx, v, 0, 2, 1, 3);
+        }
+        ggml_tensor * kq = ggml_mul_mat(ctx, K, ggml_permute(ctx, q, 0, 2, 1, 3));  // [n_kv, n, n_head]
+        if (!o.mask && n > 1) kq = ggml_diag_mask_inf(ctx, kq, static_cast<int>(n_past));
+        kq = named(ggml_soft_max_ext(ctx, kq, o.mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f),
+                   "%s.%d.attn_w", p, il);
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, V, 1, 0, 2, 3));  // [n_kv, hd, nkv]
+        ggml_tensor * out = ggml_permute(ctx, ggml_mul_mat(ctx, vt, kq), 0, 2, 1, 3);  // [hd, n_head, n]
+        out = ggml_cont_2d(ctx, out, hd * hp.n_head, n);
+        return named(mat(out, l.wo), "%s.%d.attn_out", p, il);
+    }
+
+    ggml_tensor * mlp(ggml_tensor * h, const TransformerLayer & l) const {
+        if (l.ffn_gate) {
+            h = ggml_swiglu_split(ctx, mat(h, l.ffn_gate), mat(h, l.ffn_up));
+        } else {
+            h = ggml_gelu_erf(ctx, mat(h, l.ffn_up));
+        }
+        return mat(h, l.ffn_down);
+    }
+
+    // x + f(x) * scale: LayerScale where the layer has one
+    ggml_tensor * residual(ggml_tensor * x, ggml_tensor * fx, ggml_tensor * scale) const {
+        return ggml_add(ctx, x, scale ? ggml_mul(ctx, fx, scale) : fx);
+    }
+
+    ggml_tensor * layer(ggml_tensor * x, int il) const {
+        const TransformerLayer & l = t.layers[il];
+        const char * p = o.prefix;
+        ggml_tensor * h = named(norm(x, l.attn_norm, l.attn_norm_b), "%s.%d.attn_norm", p, il);
+        x = named(residual(x, attention(h, l, il), l.attn_scale), "%s.%d.attn_res", p, il);
+        h = named(norm(x, l.ffn_norm, l.ffn_norm_b), "%s.%d.ffn_norm", p, il);
+        return named(residual(x, mlp(h, l), l.ffn_scale), "%s.%d.out", p, il);
+    }
+};
 
 }  // namespace
 
-ggml_tensor * decoder_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * x, ggml_tensor * pos,
-                            const TransformerHParams & hp, const std::vector<LayerWeights> & layers,
-                            const KvCache & cache, int n_past, const char * prefix) {
-    if (n_past + x->ne[1] > cache.n_ctx()) {
-        fail("%s: position %lld is past the KV cache (%d)", prefix, static_cast<long long>(n_past + x->ne[1]),
-             cache.n_ctx());
+ggml_tensor * transformer_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * x, ggml_tensor * pos,
+                                const Transformer & t, const StackOptions & o) {
+    if (o.kv) {
+        const int64_t n_ctx = o.kv->k->empty() ? 0 : o.kv->k->front()->ne[2];
+        if (o.kv->n_past + x->ne[1] > o.kv->n_kv || o.kv->n_kv > n_ctx) {
+            fail("%s: positions up to %lld are past the KV cache (%lld)", o.prefix,
+                 static_cast<long long>(o.kv->n_past + x->ne[1]), static_cast<long long>(n_ctx));
+        }
     }
-    for (size_t il = 0; il < layers.size(); ++il) {
-        const LayerWeights & l = layers[il];
-        const int i = static_cast<int>(il);
-        ggml_tensor * h = named(rms_norm(ctx, x, l.attn_norm, hp.eps), "%s.%d.attn_norm", prefix, i);
-        x = named(ggml_add(ctx, x, attention(ctx, gf, h, pos, hp, l, cache.k[il], cache.v[il], n_past, prefix, i)),
-                  "%s.%d.attn_res", prefix, i);
-        h = named(rms_norm(ctx, x, l.ffn_norm, hp.eps), "%s.%d.ffn_norm", prefix, i);
-        h = ggml_swiglu_split(ctx, linear(ctx, h, l.ffn_gate), linear(ctx, h, l.ffn_up));
-        x = named(ggml_add(ctx, x, linear(ctx, h, l.ffn_down)), "%s.%d.out", prefix, i);
-    }
+    const LayerBuilder b{ctx, gf, t, o, pos};
+    for (int il = 0; il < static_cast<int>(t.layers.size()); ++il) x = b.layer(x, il);
     return x;
 }
 

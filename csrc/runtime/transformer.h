@@ -1,43 +1,89 @@
-// The Qwen3 decoder stack shared by the talker and the code predictor: pre-norm layers with
-// q/k RMSNorm before NeoX RoPE, grouped-query attention over a KV cache, SwiGLU MLP.
+// The transformer block every network with attention shares: the talker and the code predictor
+// (Qwen3: RMSNorm, q/k RMSNorm before NeoX RoPE, grouped-query attention over a KV cache, SwiGLU),
+// the vocoder's transformer (no q/k norm, LayerScale, a sliding-window mask over a padded cache)
+// and the codec encoder's (LayerNorm with bias, a GELU MLP, LayerScale, full-causal without a
+// cache). The weights a layer has are fixed by its LayerStyle; each net declares its style.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "ggml-backend.h"
-#include "runtime/model.h"
+#include "ggml.h"
+#include "runtime/graph.h"
 
 namespace qtts {
 
-// Per-layer K and V, each [head_dim, n_head_kv, n_ctx] F32 in one backend buffer.
+class GgufFile;
+
+struct TransformerHParams {
+    int n_embd = 0, n_ff = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ctx = 0;
+    float eps = 0.0f, rope_base = 0.0f;
+};
+
+enum class LayerStyle {
+    QWEN3,          // q/k norms, SwiGLU, ggml matmul weights (talker, code predictor)
+    VOCODER,        // SwiGLU, LayerScale, conv-GEMM panel weights
+    CODEC_ENCODER,  // LayerNorm with bias, GELU MLP, LayerScale, conv-GEMM panel weights
+};
+
+struct TransformerLayer {
+    ggml_tensor *attn_norm = nullptr, *attn_norm_b = nullptr;  // [n_embd]
+    ggml_tensor *wq = nullptr, *wk = nullptr, *wv = nullptr;    // n_embd -> heads * head_dim
+    ggml_tensor *wo = nullptr;                                  // n_head * head_dim -> n_embd
+    ggml_tensor *q_norm = nullptr, *k_norm = nullptr;           // [head_dim] (QWEN3)
+    ggml_tensor *attn_scale = nullptr, *ffn_scale = nullptr;    // [n_embd] LayerScale (codecs)
+    ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;     // [n_embd]
+    ggml_tensor *ffn_gate = nullptr;                            // n_embd -> n_ff (SwiGLU styles)
+    ggml_tensor *ffn_up = nullptr, *ffn_down = nullptr;         // n_embd -> n_ff -> n_embd
+};
+
+struct Transformer {
+    LayerStyle style = LayerStyle::QWEN3;
+    TransformerHParams hp;
+    std::vector<TransformerLayer> layers;
+};
+
+// The hyper-parameters under a GGUF key prefix ("qwen3-tts.talker" ...), range-checked.
+TransformerHParams read_transformer_hparams(const GgufFile & f, const char * prefix, bool has_context);
+
+// hp from `prefix` and the layers of tensor group `net` ("talker" ...) in `style`.
+Transformer load_transformer(GgufFile & f, const char * prefix, const char * net, bool has_context, LayerStyle style);
+
+// Per-layer K and V, each [head_dim, n_head_kv, n_ctx] F32.
 class KvCache {
 public:
-    KvCache() = default;
-    ~KvCache();
-    KvCache(const KvCache &) = delete;
-    KvCache & operator=(const KvCache &) = delete;
-
-    // (Re)allocate for n_ctx positions unless the current buffer already fits exactly that shape.
+    // (Re)allocate for n_ctx positions unless the current buffer already has exactly that shape.
     void reserve(ggml_backend_t backend, const TransformerHParams & hp, int n_ctx);
     int n_ctx() const { return n_ctx_; }
-    size_t bytes() const { return buf_ ? ggml_backend_buffer_get_size(buf_) : 0; }
+    size_t bytes() const { return state_.bytes(); }
     // Free the buffer; the next reserve allocates anew.
     void release();
 
     std::vector<ggml_tensor *> k, v;
 
 private:
-    ggml_context * ctx_ = nullptr;
-    ggml_backend_buffer_t buf_ = nullptr;
+    StateBuffer state_;
     int n_ctx_ = 0, n_layer_ = 0, width_ = 0;
 };
 
-// Run `x` [n_embd, n] through every layer, writing the new keys/values at positions
-// n_past..n_past+n-1 of `cache` (the writes are expanded into `gf` before they are read).
-// `pos` is I32 [n]. Returns the hidden state before the final norm.
-ggml_tensor * decoder_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * x, ggml_tensor * pos,
-                            const TransformerHParams & hp, const std::vector<LayerWeights> & layers,
-                            const KvCache & cache, int n_past, const char * prefix);
+// How a graph uses a cache: it writes its n keys/values at positions n_past.. and attends to
+// the first n_kv positions (n_past + n, or more when the caller pads and masks them).
+struct KvWindow {
+    const std::vector<ggml_tensor *> * k = nullptr, * v = nullptr;
+    int64_t n_past = 0, n_kv = 0;
+};
+
+struct StackOptions {
+    const char * prefix = "";       // intermediates are named "<prefix>.<layer>.<stage>"
+    const KvWindow * kv = nullptr;  // null: attend within the graph's own positions
+    ggml_tensor * mask = nullptr;   // additive F32 [n_kv, n]; null: causal
+};
+
+// Run `x` [n_embd, n] through every layer (positions `pos`, I32 [n]); the cache writes are
+// expanded into `gf` before they are read. Returns the hidden state before any final norm.
+ggml_tensor * transformer_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * x, ggml_tensor * pos,
+                                const Transformer & t, const StackOptions & o);
 
 // RMSNorm over ne0 followed by the weight, as the reference (F32 throughout here).
 ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);

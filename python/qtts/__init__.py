@@ -4,9 +4,11 @@ from __future__ import annotations
 from ._native import core as _core
 from .runtime.audio import Audio, AudioChunk, Timings
 from .convert.info import ModelInfo, inspect
+from .errors import QttsError
 from .runtime.model import Model, load
 from .runtime.text import split_text
 from .runtime.voice import Voice
 
-__all__ = ["Audio", "AudioChunk", "Model", "ModelInfo", "Timings", "Voice", "inspect", "load", "split_text"]
+__all__ = ["Audio", "AudioChunk", "Model", "ModelInfo", "QttsError", "Timings", "Voice", "inspect", "load",
+           "split_text"]
 __version__ = "0.1.0"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .._native import core
+from ..runtime.generation import defaults_dict
 from ..runtime.model import check_gguf_path, supported_languages
 from .names import KV
 
@@ -67,6 +68,6 @@ def inspect(path: str | os.PathLike[str]) -> ModelInfo:
         variant=str(native.variant), size=str(native.size), format_version=KV.FORMAT,
         file_size=p.stat().st_size, tensor_count=len(tensors), parameter_count=sum(n for _, _, n in tensors),
         tensors_by_type=dict(types), speakers=[s[0] for s in native.speakers],
-        languages=supported_languages(native.languages), generation_defaults=dict(native.generation_defaults),
-        hparams=dict(native.hparams),
+        languages=supported_languages(native.languages),
+        generation_defaults=defaults_dict(native.generation_defaults), hparams=dict(native.hparams),
     )

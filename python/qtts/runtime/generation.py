@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from .._native import core as _core
+
 SETTINGS = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "subtalker_dosample",
              "subtalker_temperature", "subtalker_top_k", "subtalker_top_p", "max_new_tokens", "min_new_tokens")
 # generate()'s own default, not part of generation_config.json
@@ -102,6 +104,27 @@ def resolve_settings(defaults: dict[str, Any], given: dict[str, Any], seed: int 
                              f"got {s[prefix + 'temperature']}")
     s["seed"] = check_seed(secrets.randbits(63) if seed is None else seed)
     return s
+
+
+def generate_params(settings: dict[str, Any]) -> _core.GenerateParams:
+    """The native parameters of checked settings (resolve_settings, plus "frame_budget")."""
+    return _core.GenerateParams(
+        talker=_core.SamplingParams(do_sample=settings["do_sample"], temperature=settings["temperature"],
+                                    top_k=settings["top_k"], top_p=settings["top_p"]),
+        subtalker=_core.SamplingParams(do_sample=settings["subtalker_dosample"],
+                                       temperature=settings["subtalker_temperature"],
+                                       top_k=settings["subtalker_top_k"], top_p=settings["subtalker_top_p"]),
+        repetition_penalty=settings["repetition_penalty"], max_new_tokens=settings["max_new_tokens"],
+        min_new_tokens=settings["min_new_tokens"], frame_budget=settings["frame_budget"], seed=settings["seed"])
+
+
+def defaults_dict(d: _core.GenerationDefaults) -> dict[str, float | int | bool]:
+    """A model's generation defaults under the reference's generation_config.json names."""
+    return {"do_sample": d.talker.do_sample, "temperature": d.talker.temperature, "top_k": d.talker.top_k,
+            "top_p": d.talker.top_p, "repetition_penalty": d.repetition_penalty,
+            "subtalker_dosample": d.subtalker.do_sample, "subtalker_temperature": d.subtalker.temperature,
+            "subtalker_top_k": d.subtalker.top_k, "subtalker_top_p": d.subtalker.top_p,
+            "max_new_tokens": d.max_new_tokens}
 
 
 def check_text(value: Any, name: str = "text", *, optional: bool = False, allow_empty: bool = False) -> str | None:

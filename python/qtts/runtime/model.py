@@ -16,7 +16,7 @@ from .audio import Audio, AudioChunk, Timings
 from . import cloning
 from .compat import QwenTTSCompat
 from .generation import SETTINGS, GenerationResult, check_bool, check_int, check_text, per_frame_timings
-from .generation import resolve_settings
+from .generation import defaults_dict, generate_params, resolve_settings
 from .generation import frame_budget as frame_budget_for
 from ..convert.gguf_meta import read_tokenizer
 from .prompt import build_prompt, resolve_voice
@@ -95,7 +95,7 @@ class Model(QwenTTSCompat):
 
     @property
     def generation_defaults(self) -> dict[str, float | int | bool]:
-        return dict(self._native.generation_defaults)
+        return defaults_dict(self._native.generation_defaults)
 
     @property
     def hparams(self) -> dict[str, dict]:
@@ -184,12 +184,12 @@ class Model(QwenTTSCompat):
         _check_request_args(speaker, language, instruct, voice, non_streaming_mode)
         cond = resolve_voice(self, language=language, speaker=speaker, instruct=instruct, voice=voice)
         s = resolve_settings(self.generation_defaults, settings, seed)
-        s["max_frames"] = frame_budget_for(text, frame_budget)
+        s["frame_budget"] = frame_budget_for(text, frame_budget)
         if non_streaming_mode is None:
             non_streaming_mode = self.variant != "base"
         prompt = build_prompt(self, text, cond, non_streaming_mode=non_streaming_mode)
         with self._lock:
-            codes, stop_reason, raw = self._session.generate(prompt.embeddings, prompt.trailing, s)
+            codes, stop_reason, raw = self._session.generate(prompt.embeddings, prompt.trailing, generate_params(s))
         return GenerationResult(codes, stop_reason, s["seed"], per_frame_timings(raw))
 
     @property

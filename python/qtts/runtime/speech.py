@@ -15,7 +15,7 @@ import numpy as np
 
 from .audio import Audio, AudioChunk, Timings
 from .cloning import CloneTimings
-from .generation import check_text, frame_budget, resolve_settings
+from .generation import check_text, frame_budget, generate_params, resolve_settings
 from .prompt import Conditioning, Prompt, build_prompt, resolve_voice
 from .voice import Voice
 from .text import SplitSentences, text_pieces
@@ -68,7 +68,7 @@ def make_request(model: Model, text: str, *, language: str, speaker: str | None,
 def _piece_settings(req: Request, i: int, piece: str) -> dict[str, Any]:
     # each piece gets its own budget and a seed of its own, derived from the request's
     s = dict(req.settings, seed=(req.settings["seed"] + i) % 2**64)
-    s["max_frames"] = frame_budget(piece, req.budget)
+    s["frame_budget"] = frame_budget(piece, req.budget)
     return s
 
 
@@ -89,7 +89,7 @@ def synthesize(model: Model, req: Request, progress: ProgressCallback | None = N
         prompt = _timed_prompt(model, req, piece, timings)
         settings = _piece_settings(req, i, piece)
         if progress is None:
-            codes, reason, raw = model._session.generate(prompt.embeddings, prompt.trailing, settings)
+            codes, reason, raw = model._session.generate(prompt.embeddings, prompt.trailing, generate_params(settings))
         else:
             def report(n: int, i: int = i, done: int = done, cb: ProgressCallback = progress) -> None:
                 cb(Progress(done + n, limit, i, len(req.pieces), (done + n) / FRAME_RATE,
@@ -118,13 +118,13 @@ def synthesize(model: Model, req: Request, progress: ProgressCallback | None = N
 
 def _frame_limit(settings: dict[str, Any]) -> int:
     most = settings["max_new_tokens"] - 1  # the reference's loop: at most max_new_tokens - 1 frames
-    return min(most, settings["max_frames"]) if settings["max_frames"] > 0 else most
+    return min(most, settings["frame_budget"]) if settings["frame_budget"] > 0 else most
 
 
 def _generate_stepped(model: Model, prompt: Prompt, settings: dict[str, Any],
                       report: Callable[[int], None]) -> tuple[np.ndarray, str, dict[str, float]]:
     session = model._session
-    session.generate_begin(prompt.embeddings, prompt.trailing, settings)
+    session.generate_begin(prompt.embeddings, prompt.trailing, generate_params(settings))
     parts: list[np.ndarray] = []
     n, reason, raw = 0, None, {}
     report(0)
@@ -150,7 +150,7 @@ def stream(model: Model, req: Request, *, first_chunk_frames: int = 1, max_chunk
     _clone_timings(timings, req.clone_timings)
     for i, piece in enumerate(req.pieces):
         prompt = _timed_prompt(model, req, piece, timings)
-        session.generate_begin(prompt.embeddings, prompt.trailing, _piece_settings(req, i, piece))
+        session.generate_begin(prompt.embeddings, prompt.trailing, generate_params(_piece_settings(req, i, piece)))
         if ref is None:
             session.decode_stream_reset()
         else:  # the decoder's context: the reference frames, whose audio is not emitted

@@ -1,0 +1,248 @@
+// qtts._core.Session: graphs over a Model (embeddings, generation, the codecs, debug entry points).
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include <pybind11/stl.h>
+
+#include "bindings/bindings.h"
+#include "runtime/error.h"
+#include "runtime/session.h"
+
+namespace py = pybind11;
+
+namespace qtts {
+
+std::vector<float> rows(const FloatRows & a, int width, const char * what, int * n) {
+    if (a.ndim() != 2 || a.shape(1) != width) {
+        throw Error(format("%s must have shape [n, %d]", what, width));
+    }
+    *n = static_cast<int>(a.shape(0));
+    return std::vector<float>(a.data(), a.data() + a.size());
+}
+
+namespace {
+
+std::vector<int32_t> code_rows(const py::array & a, int groups, int64_t * n) {
+    if (a.ndim() != 2 || a.shape(1) != groups) throw Error(format("codes must have shape [n, %d]", groups));
+    if (a.dtype().kind() != 'i' && a.dtype().kind() != 'u') throw Error("codes must be an integer array");
+    auto v = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    *n = a.shape(0);
+    std::vector<int32_t> out(static_cast<size_t>(v.size()));
+    for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = static_cast<int32_t>(std::clamp<int64_t>(v.data()[i], -1, INT32_MAX));
+    }
+    return out;
+}
+
+py::array_t<float> samples(const std::vector<float> & v) { return py::array_t<float>(v.size(), v.data()); }
+
+py::array_t<float> matrix(const std::vector<float> & v, py::ssize_t width) {
+    py::array_t<float> arr({static_cast<py::ssize_t>(v.size()) / width, width});
+    std::memcpy(arr.mutable_data(), v.data(), v.size() * sizeof(float));
+    return arr;
+}
+
+py::tuple talker_output(const TalkerOutput & out) {
+    return py::make_tuple(py::array_t<float>(out.logits.size(), out.logits.data()),
+                          py::array_t<float>(out.hidden.size(), out.hidden.data()));
+}
+
+// Runs `body` without the GIL while the loop polls Python's signal handlers once per frame:
+// a KeyboardInterrupt raised by Ctrl-C stops the generation and propagates once the GIL is back.
+GenerateResult interruptible(const std::function<GenerateResult(const std::function<bool()> &)> & body) {
+    bool interrupted = false;
+    auto should_stop = [&interrupted]() {
+        py::gil_scoped_acquire gil;
+        interrupted = PyErr_CheckSignals() != 0;
+        return interrupted;
+    };
+    GenerateResult r;
+    {
+        py::gil_scoped_release release;
+        r = body(should_stop);
+    }
+    if (interrupted) throw py::error_already_set();
+    return r;
+}
+
+py::tuple generate_result(const Session & s, const GenerateResult & r) {
+    const py::ssize_t groups = s.model().talker.n_code_groups;
+    py::array_t<int32_t> codes({static_cast<py::ssize_t>(r.frames), groups});
+    if (!r.codes.empty()) std::memcpy(codes.mutable_data(), r.codes.data(), r.codes.size() * sizeof(int32_t));
+    py::dict timings;
+    timings["prefill_ms"] = r.prefill_ms;
+    timings["talker_ms"] = r.talker_ms;
+    timings["predictor_ms"] = r.predictor_ms;
+    py::object reason = r.stop_reason.empty() ? py::object(py::none()) : py::object(py::str(r.stop_reason));
+    return py::make_tuple(codes, reason, timings);
+}
+
+py::tuple generate(Session & s, const FloatRows & prompt, const FloatRows & trailing, const GenerateParams & gp) {
+    const int d = s.model().talker.n_embd();
+    int n_prompt = 0, n_trailing = 0;
+    std::vector<float> p = rows(prompt, d, "prompt", &n_prompt), t = rows(trailing, d, "trailing", &n_trailing);
+    GenerateResult r = interruptible([&](const std::function<bool()> & stop) {
+        return s.generate(p, n_prompt, t, n_trailing, gp, stop);
+    });
+    py::tuple out = generate_result(s, r);
+    out[2].cast<py::dict>()["frames"] = r.frames;
+    return out;
+}
+
+void generate_begin(Session & s, const FloatRows & prompt, const FloatRows & trailing, const GenerateParams & gp) {
+    const int d = s.model().talker.n_embd();
+    int n_prompt = 0, n_trailing = 0;
+    std::vector<float> p = rows(prompt, d, "prompt", &n_prompt), t = rows(trailing, d, "trailing", &n_trailing);
+    py::gil_scoped_release release;
+    s.generate_begin(p, n_prompt, t, n_trailing, gp);
+}
+
+py::tuple generate_next(Session & s, int n_frames) {
+    GenerateResult r = interruptible([&](const std::function<bool()> & stop) { return s.generate_next(n_frames, stop); });
+    return generate_result(s, r);
+}
+
+// Codes [n, n_quantizers] in, samples out, through one of the session's codec entry points.
+py::array_t<float> run_codec(Session & s, const py::array & codes,
+                             std::vector<float> (Session::*fn)(const std::vector<int32_t> &, int64_t)) {
+    int64_t n = 0;
+    std::vector<int32_t> c = code_rows(codes, s.model().vocoder.n_quantizers, &n);
+    std::vector<float> out;
+    {
+        py::gil_scoped_release release;
+        out = (s.*fn)(c, n);
+    }
+    return samples(out);
+}
+
+}  // namespace
+
+void bind_session(py::module_ & m) {
+    py::class_<Session>(m, "Session")
+        .def(py::init([](std::shared_ptr<Model> model, int n_threads) {
+                 return std::make_unique<Session>(std::move(model), n_threads);
+             }),
+             py::arg("model"), py::arg("n_threads"), py::keep_alive<1, 2>())
+        .def_property_readonly("n_threads", &Session::n_threads)
+        .def_property_readonly("device", &Session::device)
+        .def("text_embed",
+             [](Session & s, const std::vector<int32_t> & ids) {
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.text_embed(ids);
+                 }
+                 return matrix(out, s.model().talker.n_embd());
+             })
+        .def("codec_embed",
+             [](Session & s, const std::vector<int32_t> & ids) {
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.codec_embed(ids);
+                 }
+                 return matrix(out, s.model().talker.n_embd());
+             })
+        .def("frame_embed",
+             [](Session & s, const py::array & codes) {
+                 int64_t n = 0;
+                 std::vector<int32_t> c = code_rows(codes, s.model().talker.n_code_groups, &n);
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.frame_embed(c, n);
+                 }
+                 return matrix(out, s.model().talker.n_embd());
+             },
+             py::arg("codes"), "The talker's input embedding of each frame of codes [n, groups].")
+        .def("decode", [](Session & s, const py::array & codes) { return run_codec(s, codes, &Session::decode); },
+             py::arg("codes"), "Waveform [n * hop] of codes [n, n_quantizers], as the reference's chunked decode.")
+        .def("speaker_embed",
+             [](Session & s, const FloatRows & mel) {
+                 if (!s.model().speaker_encoder) throw Error("this model has no speaker encoder (voice cloning needs a Base model)");
+                 int n = 0;
+                 std::vector<float> m = rows(mel, s.model().speaker_encoder->mel_dim, "mel", &n), out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.speaker_embed(m, n);
+                 }
+                 return samples(out);
+             },
+             py::arg("mel"), "The x-vector of a log-mel spectrogram [frames, mel_dim].")
+        .def("encode",
+             [](Session & s, const py::array_t<float, py::array::c_style | py::array::forcecast> & wav) {
+                 if (wav.ndim() != 1) throw Error("encode takes 1-D float32 samples");
+                 std::vector<float> x(wav.data(), wav.data() + wav.size());
+                 std::vector<int32_t> c;
+                 {
+                     py::gil_scoped_release release;
+                     c = s.encode(x);
+                 }
+                 const py::ssize_t g = s.model().codec_encoder.n_quantizers;
+                 py::array_t<int32_t> out({static_cast<py::ssize_t>(c.size()) / g, g});
+                 std::copy(c.begin(), c.end(), out.mutable_data());
+                 return out;
+             },
+             py::arg("samples"), "Codes [ceil(n / hop), n_quantizers] of 24 kHz samples (the codec encoder).")
+        .def("decode_stream_reset", &Session::decode_stream_reset, py::arg("silent_frames") = 0,
+             "Start a new codec stream; the first silent_frames frames give no samples.")
+        .def("decode_stream_push",
+             [](Session & s, const py::array & codes) { return run_codec(s, codes, &Session::decode_stream_push); },
+             py::arg("codes"), "The samples of the next frames of the stream, [n * hop].")
+        .def("decode_stages",
+             [](Session & s, const py::array & codes, const std::vector<std::string> & names) {
+                 int64_t n = 0;
+                 std::vector<int32_t> c = code_rows(codes, s.model().vocoder.n_quantizers, &n);
+                 std::vector<CodecStage> got;
+                 {
+                     py::gil_scoped_release release;
+                     got = s.decode_stages(c, n, names);
+                 }
+                 py::dict d;
+                 for (size_t i = 0; i < names.size(); ++i) d[py::str(names[i])] = matrix(got[i].data, got[i].width);
+                 return d;
+             },
+             py::arg("codes"), py::arg("names"), "Named decoder intermediates, each [time, channels].")
+        .def("talker_prefill",
+             [](Session & s, const FloatRows & embd, int n_ctx) {
+                 int n = 0;
+                 std::vector<float> e = rows(embd, s.model().talker.n_embd(), "embeddings", &n);
+                 TalkerOutput out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.talker_prefill(e, n, n_ctx);
+                 }
+                 return talker_output(out);
+             },
+             py::arg("embeddings"), py::arg("n_ctx") = 0,
+             "Debug: the talker over a prompt; (logits of the last position, its normed hidden state).")
+        .def("talker_step",
+             [](Session & s, const std::vector<int32_t> & codes, const FloatRows & text, int n_past) {
+                 int n = 0;
+                 std::vector<float> x = rows(text, s.model().talker.n_embd(), "text vector", &n);
+                 if (n != 1) throw Error("talker_step: expected one text vector");
+                 TalkerOutput out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.talker_step(codes, x.data(), n_past);
+                 }
+                 return talker_output(out);
+             },
+             py::arg("codes"), py::arg("text"), py::arg("n_past"),
+             "Debug: one decode step after talker_prefill; (logits, normed hidden state).")
+        .def("memory", &Session::memory, "Bytes held now: kv_cache, compute_buffers.")
+        .def_property("prefill_chunk", &Session::prefill_chunk, &Session::set_prefill_chunk,
+                      "Prompt positions per talker prefill graph.")
+        .def("set_profiling", &Session::set_profiling, py::arg("on"),
+             "Per-op timing (graphs then run node by node); read it with profile().")
+        .def("profile", &Session::profile, "Milliseconds per op name since profiling was enabled.")
+        .def("cancel", &Session::cancel, "Stop a generation in progress after the current frame (any thread).")
+        .def("generate", &generate, py::arg("prompt"), py::arg("trailing"), py::arg("params"))
+        .def("generate_begin", &generate_begin, py::arg("prompt"), py::arg("trailing"), py::arg("params"),
+             "Start a stepwise generation: validate, size the cache, prefill.")
+        .def("generate_next", &generate_next, py::arg("n_frames"),
+             "Up to n_frames more frames: (codes [n, groups], stop reason or None while running, timing totals).");
+}
+
+}  // namespace qtts
