@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE_FP32 = {"talker_ms_per_frame": 116.0, "predictor_ms_per_frame": 242.0}  # shared/docs/targets.md, 2 threads
+# the official qwen-tts 0.1.1, fp32, 2 threads, on the development machine
+REFERENCE_FP32 = {"talker_ms_per_frame": 116.0, "predictor_ms_per_frame": 242.0}
 
 _CHILD = """
 import json, sys, time, qtts
@@ -69,7 +70,7 @@ def main() -> int:
                       f"(frames {r['frames']}, load {load0:.2f})", flush=True)
             path.unlink()
     ref = REFERENCE_FP32
-    print(f"reference (qwen-tts fp32, 2 threads, targets.md): talker {ref['talker_ms_per_frame']:.0f} ms/frame, "
+    print(f"reference (qwen-tts fp32, 2 threads): talker {ref['talker_ms_per_frame']:.0f} ms/frame, "
           f"predictor {ref['predictor_ms_per_frame']:.0f} ms/frame")
     if args.json:
         args.json.write_text(json.dumps(dict(machine=platform.processor() or platform.machine(), cpus=os.cpu_count(),

@@ -3,7 +3,7 @@ depends on shapes only). Prints ms per frame for each thread count, each in a fr
 
     python benchmarks/bench_vocoder.py [--frames 100] [--threads 1 2] [--repeat 3] [--gguf PATH]
 
-The reference (qwen-tts 0.1.1, torch fp32, 2 threads) takes 51 ms/frame (shared/docs/targets.md).
+The reference (qwen-tts 0.1.1, torch fp32, 2 threads) takes 51 ms/frame (measured on the development machine).
 """
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ def test_stream_of_icl_voice_follows_synthesize(base: qtts.Model, ref_seconds: f
     audio = base.synthesize(TEXT, voice=voice, **GREEDY)
     streamed = np.concatenate([c.samples for c in base.stream(TEXT, voice=voice, **GREEDY)])
     # the stream starts exactly at the first generated frame; synthesize reproduces the reference's
-    # cut, which may keep one more sample of the reference (spec G8)
+    # cut, which may keep one more sample of the reference (docs/model.md, "Reference quirks")
     assert len(audio.samples) - len(streamed) in (0, 1)
     np.testing.assert_array_equal(audio.samples[len(audio.samples) - len(streamed):], streamed)
 

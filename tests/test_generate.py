@@ -205,7 +205,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def test_decode_step_logits_match_reference(models, reference_models):
-    """One KV-cached talker step (the summed frame input of spec §2.6) against the reference run
+    """One KV-cached talker step (the summed frame input; docs/model.md, "Talker") against the reference run
     over the whole sequence without a cache."""
     import torch
 

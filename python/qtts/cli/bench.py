@@ -67,6 +67,7 @@ def _settings(frames: int, seed: int) -> dict[str, Any]:
 
 def speed_worker(gguf: str, threads: int, frames: int, seed: int) -> dict[str, Any]:
     import qtts
+    from ..runtime.audio import peak_rss_mb
     from ..runtime.cloning import create_voice
 
     t0 = time.perf_counter()
@@ -92,7 +93,7 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int) -> dict[str, A
              predictor_ms_per_frame=t.predictor_ms_per_frame, generation_ms_per_frame=gen,
              vocoder_ms_per_frame=t.vocoder_ms_per_frame, time_to_first_audio_ms=t.time_to_first_audio_ms,
              total_ms=t.total_ms, rtf=t.rtf, frames_per_s=frames / (t.total_ms / 1e3), frames=frames,
-             peak_rss_mb=qtts.audio.peak_rss_mb(), **memory)
+             peak_rss_mb=peak_rss_mb(), **memory)
     return r
 
 
@@ -132,6 +133,7 @@ def reference_worker(hf_dir: str, threads: int, frames: int, seed: int) -> dict[
 
 def memory_worker(gguf: str, threads: int, mode: str, voice_file: str | None) -> dict[str, Any]:
     import qtts
+    from ..runtime.audio import peak_rss_mb
 
     m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False)
     r: dict[str, Any] = {"mode": mode}
@@ -142,7 +144,7 @@ def memory_worker(gguf: str, threads: int, mode: str, voice_file: str | None) ->
     elif mode == "clone":
         m.synthesize(TEXT, ref_audio=(_clip(10.0), 24000), ref_text=REF_TEXT, **_settings(100, 0))
     memory = m.engine.memory()
-    r.update(peak_rss_mb=qtts.audio.peak_rss_mb(), file_mb=Path(gguf).stat().st_size / 1e6,
+    r.update(peak_rss_mb=peak_rss_mb(), file_mb=Path(gguf).stat().st_size / 1e6,
              weights_mb=m.engine.weight_bytes / 1e6, **{k + "_mb": v / 1e6 for k, v in memory.items()})
     return r
 

@@ -214,7 +214,7 @@ class Model(QwenTTSCompat):
         Base models clone a voice: pass voice= (create_voice), or ref_audio= with ref_text= (ICL)
         or x_vector_only_mode=True, as generate_voice_clone takes them.
 
-        progress, a callable, receives a qtts.speech.Progress every few frames (the codes are the
+        progress, a callable, receives a qtts.runtime.speech.Progress every few frames (the codes are the
         same with or without it)."""
         if progress is not None and not callable(progress):
             raise TypeError(f"progress must be callable, got {type(progress).__name__}")
