@@ -61,9 +61,15 @@ def make_request(model: Model, text: str, *, language: str, speaker: str | None,
     cond = resolve_voice(model, language=language, speaker=speaker, instruct=instruct, voice=voice)
     config = GenerationConfig.resolve(model.generation_defaults, settings, seed, frame_budget)
     pieces = text_pieces(text, split_sentences)
-    if non_streaming_mode is None:  # the reference's defaults: generate_voice_clone streams text
-        non_streaming_mode = model.variant != "base"
+    if non_streaming_mode is None:
+        non_streaming_mode = default_non_streaming_mode(model.variant)
     return Request(pieces, cond, config, non_streaming_mode)
+
+
+def default_non_streaming_mode(variant: str) -> bool:
+    """The reference's defaults: generate_custom_voice and generate_voice_design prefill the whole
+    text (True), generate_voice_clone streams it in with the frames (False)."""
+    return variant != "base"
 
 
 def generate_piece(model: Model, s: SessionHandle, req: Request, index: int, timings: Timings,
