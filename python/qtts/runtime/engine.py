@@ -53,9 +53,9 @@ def read_tokenizer(path: str) -> tuple[list[str], list[int], list[str]]:
 
 
 def sample_tokens(logits: np.ndarray, do_sample: bool, temperature: float, top_k: int, top_p: float,
-                  seed: int) -> np.ndarray:
+                  seed: int) -> list[int]:
     """The native sampler over rows of logits [n, vocab], one token per row (benchmarks)."""
-    return core.sample_tokens(logits, do_sample, temperature, top_k, top_p, seed)
+    return list(core.sample_tokens(logits, do_sample, temperature, top_k, top_p, seed))
 
 
 def build_info() -> dict[str, Any]:
