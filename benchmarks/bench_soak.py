@@ -77,7 +77,7 @@ def workload(m: Any, frames: int, unsplit_chars: int) -> list[tuple[str, Callabl
 
 
 def sample(i: int, m: Any, t0: float) -> dict[str, Any]:
-    mem = m._session.memory()
+    mem = m.engine.memory()
     return {"call": i, "rss_mb": round(rss_mb(), 1), "fds": open_fds(), "kv_mb": round(mem["kv_cache"] / 1e6, 2),
             "compute_mb": round(mem["compute_buffers"] / 1e6, 2), "elapsed_s": round(time.perf_counter() - t0, 1)}
 

@@ -37,16 +37,17 @@ def build_gguf(out: Path, release: str = "0.6B-CustomVoice") -> Path:
 def measure(gguf: str, threads: int, frames: int, repeat: int) -> dict:
     import numpy as np
 
-    from qtts._native import core
+    from qtts.runtime.engine import Engine
 
-    s = core.Session(core.Model(gguf, "cpu"), threads)
-    codes = np.random.default_rng(0).integers(0, 2048, (frames, 16))
-    s.decode(codes[:8])  # warm-up: page in the weights
+    engine = Engine(gguf, "cpu", threads)
+    codes = np.random.default_rng(0).integers(0, 2048, (frames, engine.num_code_groups))
     times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        s.decode(codes)
-        times.append(time.perf_counter() - t)
+    with engine.session() as s:
+        s.decode(codes[:8])  # warm-up: page in the weights
+        for _ in range(repeat):
+            t = time.perf_counter()
+            s.decode(codes)
+            times.append(time.perf_counter() - t)
     return {"threads": threads, "best_ms_per_frame": 1e3 * min(times) / frames,
             "median_ms_per_frame": 1e3 * sorted(times)[len(times) // 2] / frames, "load": os.getloadavg()[0]}
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts.runtime.generation import resolve_settings
+from qtts.runtime.config import GenerationConfig
 
 DEFAULTS = dict(do_sample=True, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05,
                 subtalker_dosample=True, subtalker_temperature=0.9, subtalker_top_k=50, subtalker_top_p=1.0,
@@ -31,25 +31,25 @@ BAD_SETTINGS = [
 @pytest.mark.parametrize(("name", "value", "error"), BAD_SETTINGS)
 def test_bad_setting_names_itself(name: str, value: object, error: type) -> None:
     with pytest.raises(error, match=name):
-        resolve_settings(DEFAULTS, {name: value}, 0)
+        GenerationConfig.resolve(DEFAULTS, {name: value}, 0)
 
 
 @pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (2**64, ValueError), (1.5, TypeError),
                                              (True, TypeError), ("7", TypeError)])
 def test_bad_seed(seed: object, error: type) -> None:
     with pytest.raises(error, match="seed"):
-        resolve_settings(DEFAULTS, {}, seed)  # type: ignore[arg-type]
+        GenerationConfig.resolve(DEFAULTS, {}, seed)  # type: ignore[arg-type]
 
 
 def test_good_settings_are_normalised() -> None:
-    s = resolve_settings(DEFAULTS, dict(top_k=np.int64(3), temperature=np.float32(0.5), do_sample=np.bool_(True)),
-                         2**64 - 1)
-    assert (s["top_k"], s["temperature"], s["do_sample"], s["seed"]) == (3, 0.5, True, 2**64 - 1)
-    assert type(s["top_k"]) is int and type(s["do_sample"]) is bool
+    s = GenerationConfig.resolve(DEFAULTS, dict(top_k=np.int64(3), temperature=np.float32(0.5),
+                                                do_sample=np.bool_(True)), 2**64 - 1)
+    assert (s.top_k, s.temperature, s.do_sample, s.seed) == (3, 0.5, True, 2**64 - 1)
+    assert type(s.top_k) is int and type(s.do_sample) is bool
     # greedy ignores the temperature, as the reference: 0 passes there
-    assert resolve_settings(DEFAULTS, dict(do_sample=False, temperature=0.0), 0)["temperature"] == 0.0
+    assert GenerationConfig.resolve(DEFAULTS, dict(do_sample=False, temperature=0.0), 0).temperature == 0.0
     with pytest.raises(ValueError, match="temperature must be at least"):
-        resolve_settings(DEFAULTS, dict(temperature=0.0), 0)
+        GenerationConfig.resolve(DEFAULTS, dict(temperature=0.0), 0)
 
 
 @pytest.fixture(scope="module")

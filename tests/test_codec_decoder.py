@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qtts._native import core
+from qtts.runtime.engine import Engine
 
 HOP = 1920
 N_Q = 16
@@ -15,7 +15,8 @@ N_Q = 16
 
 @pytest.fixture(scope="module")
 def session(gguf_dir: Path):
-    return core.Session(core.Model(str(gguf_dir / "tiny_base-f32.gguf"), "cpu"), 2)
+    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2).session() as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

@@ -16,20 +16,21 @@ def cv(gguf_dir: Path) -> qtts.Model:
 
 
 def test_kv_cache_too_large_is_an_engine_failure(cv: qtts.Model) -> None:
-    session = cv._session
     embd = np.zeros((1, cv.hidden_size), dtype=np.float32)
     # far more positions than any machine's memory holds: the cache buffer cannot be allocated
-    with pytest.raises(qtts.QttsError, match="KV cache") as info:
-        session.talker_prefill(embd, n_ctx=2**31 - 1)
+    with cv.engine.session() as s, pytest.raises(qtts.QttsError, match="KV cache") as info:
+        s.talker_prefill(embd, n_ctx=2**31 - 1)
     assert not isinstance(info.value, ValueError)
     assert info.value.ggml_log, "ggml's reasons are carried along"
     # the session is still usable afterwards
-    logits, hidden = session.talker_prefill(embd)
+    with cv.engine.session() as s:
+        logits, hidden = s.talker_prefill(embd)
     assert np.isfinite(logits).all() and hidden.shape == (cv.hidden_size,)
 
 
 def test_bad_input_is_still_value_error(cv: qtts.Model) -> None:
-    with pytest.raises(ValueError, match="embeddings"):
-        cv._session.talker_prefill(np.zeros((1, cv.hidden_size + 1), dtype=np.float32))
-    with pytest.raises(ValueError, match="n_frames"):
-        cv._session.generate_next(0)
+    with cv.engine.session() as s:
+        with pytest.raises(ValueError, match="embeddings"):
+            s.talker_prefill(np.zeros((1, cv.hidden_size + 1), dtype=np.float32))
+        with pytest.raises(ValueError, match="n_frames"):
+            s.generate_next(0)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts.runtime.generation import MAX_NEW_TOKENS
+from qtts.runtime.config import MAX_NEW_TOKENS
 from qtts.runtime.prompt import build_prompt, resolve_voice
 
 TEXT = "Hello world, this is a tiny test."
@@ -77,7 +77,8 @@ def reference_run(ref, name: str, request: dict, **kwargs) -> dict[str, np.ndarr
 def prompt_of(m: qtts.Model, request: dict, non_streaming_mode: bool):
     voice = resolve_voice(m, language=request.get("language", "auto"), speaker=request.get("speaker"),
                           instruct=request.get("instruct"))
-    return build_prompt(m, TEXT, voice, non_streaming_mode=non_streaming_mode)
+    with m.engine.session() as s:
+        return build_prompt(m, s, TEXT, voice, non_streaming_mode=non_streaming_mode)
 
 
 @pytest.mark.parametrize("non_streaming_mode", [True, False])
@@ -121,7 +122,8 @@ def test_prefill_logits_match_reference(models, reference_models):
         out = reference_models(name).model.talker(inputs_embeds=x, use_cache=False,
                                                   attention_mask=torch.ones(1, x.shape[1], dtype=torch.long))
     want_logits, want_hidden = out.logits[0, -1].numpy(), out.past_hidden[0, -1].numpy()
-    logits, hidden = m._session.talker_prefill(p.embeddings)
+    with m.engine.session() as s:
+        logits, hidden = s.talker_prefill(p.embeddings)
 
     def cos(a, b):
         return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
@@ -221,21 +223,24 @@ def test_decode_step_logits_match_reference(models, reference_models):
         out = talker(inputs_embeds=seq, use_cache=False, attention_mask=torch.ones(1, seq.shape[1], dtype=torch.long))
     want_logits, want_hidden = out.logits[0, -1].numpy(), out.past_hidden[0, -1].numpy()
     L = p.embeddings.shape[0]
-    m._session.talker_prefill(p.embeddings, n_ctx=L + 1)
-    logits, hidden = m._session.talker_step(codes.tolist(), p.trailing[:1], L)
-    assert _cos(logits, want_logits) >= 0.99999 and np.abs(logits - want_logits).max() <= 1e-4
-    assert _cos(hidden, want_hidden) >= 0.99999 and np.abs(hidden - want_hidden).max() <= 1e-4
-    with pytest.raises(ValueError, match="outside the cache"):
-        m._session.talker_step(codes.tolist(), p.trailing[:1], 10**6)
+    with m.engine.session() as s:
+        s.talker_prefill(p.embeddings, n_ctx=L + 1)
+        logits, hidden = s.talker_step(codes.tolist(), p.trailing[:1], L)
+        assert _cos(logits, want_logits) >= 0.99999 and np.abs(logits - want_logits).max() <= 1e-4
+        assert _cos(hidden, want_hidden) >= 0.99999 and np.abs(hidden - want_hidden).max() <= 1e-4
+        with pytest.raises(ValueError, match="outside the cache"):
+            s.talker_step(codes.tolist(), p.trailing[:1], 10**6)
 
 
 @pytest.mark.parametrize("out_type", ["bf16", "q8_0"])
 def test_quantized_prefill_logits(out_type, gguf_dir: Path, models, capsys):
     name, request = CASES[0]
     p = prompt_of(models(name), request, True)
-    ref_logits, _ = models(name)._session.talker_prefill(p.embeddings)
+    with models(name).engine.session() as s:
+        ref_logits, _ = s.talker_prefill(p.embeddings)
     q = qtts.load(gguf_dir / f"{name}-{out_type}.gguf", n_threads=2)
-    logits, _ = q._session.talker_prefill(p.embeddings)
+    with q.engine.session() as s:
+        logits, _ = s.talker_prefill(p.embeddings)
     cos = _cos(logits, ref_logits)
     with capsys.disabled():
         print(f"\n{out_type}: tiny CustomVoice prefill logits cosine vs F32 = {cos:.6f}")
@@ -311,14 +316,14 @@ def test_quantized_models_generate(out_type, gguf_dir: Path, models):
 
 
 def test_sample_tokens_binding():
-    from qtts._native import core
+    from qtts.runtime.engine import sample_tokens
 
     logits = np.random.default_rng(0).standard_normal((64, 3072)).astype(np.float32)
-    assert core.sample_tokens(logits, False, 1.0, 0, 1.0, 0) == list(np.argmax(logits, axis=1))
-    assert core.sample_tokens(logits, True, 0.9, 1, 1.0, 5) == list(np.argmax(logits, axis=1))  # top-k 1
-    a = core.sample_tokens(logits, True, 0.9, 50, 1.0, 7)
-    assert a == core.sample_tokens(logits, True, 0.9, 50, 1.0, 7) != core.sample_tokens(logits, True, 0.9, 50, 1.0, 8)
+    assert sample_tokens(logits, False, 1.0, 0, 1.0, 0) == list(np.argmax(logits, axis=1))
+    assert sample_tokens(logits, True, 0.9, 1, 1.0, 5) == list(np.argmax(logits, axis=1))  # top-k 1
+    a = sample_tokens(logits, True, 0.9, 50, 1.0, 7)
+    assert a == sample_tokens(logits, True, 0.9, 50, 1.0, 7) != sample_tokens(logits, True, 0.9, 50, 1.0, 8)
     top50 = np.argsort(-logits, axis=1)[:, :50]
     assert all(t in row for t, row in zip(a, top50))
     with pytest.raises(ValueError, match="logits"):
-        core.sample_tokens(np.zeros(5, np.float32), False, 1.0, 0, 1.0, 0)
+        sample_tokens(np.zeros(5, np.float32), False, 1.0, 0, 1.0, 0)

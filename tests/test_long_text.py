@@ -57,28 +57,27 @@ def test_api_splits_long_text_by_default(cv: qtts.Model) -> None:
 
 
 def test_long_prompt_memory_is_bounded_and_given_back(cv: qtts.Model) -> None:
-    s = cv._session
     kw = dict(speaker="ryan", max_new_tokens=4, seed=1, **GREEDY)
     cv.synthesize(TEXT, **kw)
-    base = s.memory()
-    heads = cv._native.hparams["talker"]["head_count"]
+    base = cv.engine.memory()
+    heads = cv.hparams["talker"]["head_count"]
     n = len(cv.tokenizer.encode(LONG))
     quadratic = n * n * heads * 4  # one layer's [n, n, heads] F32 attention scores
     it = cv.stream(LONG, split_sentences=False, **kw)
     next(it)  # the prefill is done: its graphs have sized the compute buffers
-    during = s.memory()
+    during = cv.engine.memory()
     assert during["compute_buffers"] < quadratic / 8, (during, quadratic)
     assert during["kv_cache"] > base["kv_cache"]  # one prompt of n positions, not pieces
     rest = list(it)
     assert rest[-1].stop_reason == "max_new_tokens"
-    given_back = s.memory()
+    given_back = cv.engine.memory()
     assert all(given_back[k] <= base[k] for k in base), (given_back, base)
     # a stream abandoned after its prefill gives them back when the next generation begins
     it = cv.stream(LONG, split_sentences=False, **kw)
     next(it)
     it.close()
     cv.synthesize(TEXT, **kw)
-    after = s.memory()
+    after = cv.engine.memory()
     assert all(after[k] <= base[k] for k in base), (after, base)
 
 
@@ -88,8 +87,9 @@ def test_long_prompt_memory_is_bounded_and_given_back(cv: qtts.Model) -> None:
 def test_chunked_prefill_keeps_reference_codes(case, non_streaming_mode, chunk, gguf_dir: Path, reference_models):
     name, request = CASES[case]
     m = qtts.load(gguf_dir / f"{name}-f32.gguf", n_threads=1)
-    m._session.prefill_chunk = chunk
-    assert m._session.prefill_chunk == chunk
+    with m.engine.session() as s:
+        s.prefill_chunk = chunk
+        assert s.prefill_chunk == chunk
     want = reference_run(reference_models(name), name, request, non_streaming_mode=non_streaming_mode,
                          max_new_tokens=21, **GREEDY)
     got = m.generate_codes(TEXT, **request, non_streaming_mode=non_streaming_mode, max_new_tokens=21, **GREEDY)
@@ -99,16 +99,16 @@ def test_chunked_prefill_keeps_reference_codes(case, non_streaming_mode, chunk, 
 def test_chunked_prefill_matches_one_graph(cv: qtts.Model) -> None:
     name, request = CASES[0]
     p = prompt_of(cv, request, True)
-    s = cv._session
-    default = s.prefill_chunk
-    whole = s.talker_prefill(p.embeddings)
-    assert len(p.embeddings) < default
-    try:
-        for chunk in (1, 3, len(p.embeddings) - 1):
-            s.prefill_chunk = chunk
-            for got, want in zip(s.talker_prefill(p.embeddings), whole):
-                np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
-    finally:
-        s.prefill_chunk = default
-    with pytest.raises(ValueError, match="prefill_chunk"):
-        s.prefill_chunk = 0
+    with cv.engine.session() as s:
+        default = s.prefill_chunk
+        whole = s.talker_prefill(p.embeddings)
+        assert len(p.embeddings) < default
+        try:
+            for chunk in (1, 3, len(p.embeddings) - 1):
+                s.prefill_chunk = chunk
+                for got, want in zip(s.talker_prefill(p.embeddings), whole):
+                    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+        finally:
+            s.prefill_chunk = default
+        with pytest.raises(ValueError, match="prefill_chunk"):
+            s.prefill_chunk = 0

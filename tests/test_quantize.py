@@ -131,7 +131,8 @@ def test_type_policy(out_type: str, gguf_dir: Path, tmp_path: Path) -> None:
 
 def _prefill_logits(m: qtts.Model) -> np.ndarray:
     voice = resolve_voice(m, language="english", speaker="ryan", instruct=None)
-    logits, _ = m._session.talker_prefill(build_prompt(m, "Hello world.", voice, non_streaming_mode=True).embeddings)
+    with m.engine.session() as s:
+        logits, _ = s.talker_prefill(build_prompt(m, s, "Hello world.", voice, non_streaming_mode=True).embeddings)
     return logits
 
 

@@ -14,7 +14,7 @@ import qtts
 from qtts.convert.checkpoint import convert
 from tests.fixtures.releases import RELEASES, SPEAKERS, write_release
 
-# Parameter counts of the released model.safetensors files (qwen3-tts-spec.md §0).
+# Parameter counts of the released model.safetensors files (docs/model.md, "Configuration").
 RELEASED_PARAMS = {"0.6B-Base": 914_643_008, "0.6B-CustomVoice": 905_788_672, "1.7B-Base": 1_928_677_440,
                    "1.7B-CustomVoice": 1_916_676_352, "1.7B-VoiceDesign": 1_916_676_352}
 

@@ -9,7 +9,7 @@ import soundfile as sf
 
 import qtts
 from qtts.runtime.audio import pcm16
-from qtts.runtime.generation import generate_params, resolve_settings
+from qtts.runtime.config import GenerationConfig
 from qtts.runtime.prompt import build_prompt, resolve_voice
 from qtts.runtime.text import split_text
 
@@ -24,21 +24,20 @@ def cv(gguf_dir: Path) -> qtts.Model:
 
 def test_stepwise_generation_equals_one_call(cv: qtts.Model) -> None:
     voice = resolve_voice(cv, language="english", speaker="ryan", instruct=None)
-    p = build_prompt(cv, TEXT, voice, non_streaming_mode=True)
-    s = resolve_settings(cv.generation_defaults, dict(max_new_tokens=30), 5)
-    s["frame_budget"] = 0
-    params = generate_params(s)
-    full, reason, _ = cv._session.generate(p.embeddings, p.trailing, params)
-    cv._session.generate_begin(p.embeddings, p.trailing, params)
-    parts, r = [], None
-    while r is None:
-        codes, r, timings = cv._session.generate_next(3)
-        parts.append(codes)
-    assert r == reason == "max_new_tokens"
-    np.testing.assert_array_equal(np.concatenate(parts), full)
-    assert timings["predictor_ms"] > 0
-    with pytest.raises(ValueError, match="n_frames"):
-        cv._session.generate_next(0)
+    config = GenerationConfig.resolve(cv.generation_defaults, dict(max_new_tokens=30), 5, frame_budget=None)
+    with cv.engine.session() as s:
+        p = build_prompt(cv, s, TEXT, voice, non_streaming_mode=True)
+        full, reason, _ = s.generate(p.embeddings, p.trailing, config)
+        s.generate_begin(p.embeddings, p.trailing, config)
+        parts, r = [], None
+        while r is None:
+            codes, r, timings = s.generate_next(3)
+            parts.append(codes)
+        assert r == reason == "max_new_tokens"
+        np.testing.assert_array_equal(np.concatenate(parts), full)
+        assert timings["predictor_ms"] > 0
+        with pytest.raises(ValueError, match="n_frames"):
+            s.generate_next(0)
 
 
 def test_synthesize_is_codes_then_decode(cv: qtts.Model, tmp_path: Path) -> None:

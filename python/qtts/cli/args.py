@@ -41,20 +41,20 @@ def checked(kind: type, check: Callable[[Any], Any]) -> Callable[[str], Any]:
 
 
 def setting(name: str) -> Callable[[str], Any]:
-    from ..runtime.generation import check_setting
+    from ..runtime.config import check_setting
 
     kind = int if name.endswith(("top_k", "new_tokens")) else float
     return checked(kind, lambda v: check_setting(name, v))
 
 
 def seed(value: str) -> int:
-    from ..runtime.generation import check_seed
+    from ..runtime.config import check_seed
 
     return checked(int, check_seed)(value)  # type: ignore[no-any-return]
 
 
 def threads(value: str) -> int:
-    from ..runtime.generation import check_int
+    from ..runtime.config import check_int
 
     return checked(int, lambda v: check_int("threads", v, 1, 1024))(value)  # type: ignore[no-any-return]
 

@@ -25,11 +25,11 @@ TYPES = ("f32", "bf16", "q8_0", "q4_k")
 
 
 def machine() -> dict[str, Any]:
-    from .._native import core
+    from ..runtime.engine import build_info
 
+    native = build_info()
     return {"machine": platform.machine(), "cpu_count": os.cpu_count(), "load_avg": os.getloadavg()[0],
-            "cpu_features": list(core.cpu_features()), "ggml": core.ggml_version(),
-            "python": platform.python_version()}
+            "cpu_features": native["cpu_features"], "ggml": native["ggml"], "python": platform.python_version()}
 
 
 def prepare(release: str, qtype: str, seed: int, log: Any = None) -> Path:
@@ -67,6 +67,7 @@ def _settings(frames: int, seed: int) -> dict[str, Any]:
 
 def speed_worker(gguf: str, threads: int, frames: int, seed: int) -> dict[str, Any]:
     import qtts
+    from ..runtime.audio import peak_rss_mb
     from ..runtime.cloning import create_voice
 
     t0 = time.perf_counter()
@@ -85,13 +86,14 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int) -> dict[str, A
     m.synthesize("Warm up.", **kw, **_settings(4, seed))
     t = qtts.Timings()
     n = sum(len(c.samples) for c in m.stream(TEXT, timings=t, **kw, **_settings(frames, seed)))
-    assert t.frames == frames and n == frames * 1920
+    assert t.frames == frames and n == frames * m.engine.samples_per_frame
     gen = t.talker_ms_per_frame + t.predictor_ms_per_frame
+    memory = m.engine.memory()
     r.update(prefill_ms=t.prefill_ms, talker_ms_per_frame=t.talker_ms_per_frame,
              predictor_ms_per_frame=t.predictor_ms_per_frame, generation_ms_per_frame=gen,
              vocoder_ms_per_frame=t.vocoder_ms_per_frame, time_to_first_audio_ms=t.time_to_first_audio_ms,
              total_ms=t.total_ms, rtf=t.rtf, frames_per_s=frames / (t.total_ms / 1e3), frames=frames,
-             peak_rss_mb=qtts.audio.peak_rss_mb(), **m._session.memory())
+             peak_rss_mb=peak_rss_mb(), **memory)
     return r
 
 
@@ -131,6 +133,7 @@ def reference_worker(hf_dir: str, threads: int, frames: int, seed: int) -> dict[
 
 def memory_worker(gguf: str, threads: int, mode: str, voice_file: str | None) -> dict[str, Any]:
     import qtts
+    from ..runtime.audio import peak_rss_mb
 
     m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False)
     r: dict[str, Any] = {"mode": mode}
@@ -140,9 +143,9 @@ def memory_worker(gguf: str, threads: int, mode: str, voice_file: str | None) ->
         m.synthesize(TEXT, **kw, **_settings(100, 0))
     elif mode == "clone":
         m.synthesize(TEXT, ref_audio=(_clip(10.0), 24000), ref_text=REF_TEXT, **_settings(100, 0))
-    r.update(peak_rss_mb=qtts.audio.peak_rss_mb(), file_mb=Path(gguf).stat().st_size / 1e6,
-             weights_mb=m._native.weight_bytes / 1e6,
-             **{k + "_mb": v / 1e6 for k, v in m._session.memory().items()})
+    memory = m.engine.memory()
+    r.update(peak_rss_mb=peak_rss_mb(), file_mb=Path(gguf).stat().st_size / 1e6,
+             weights_mb=m.engine.weight_bytes / 1e6, **{k + "_mb": v / 1e6 for k, v in memory.items()})
     return r
 
 
@@ -154,6 +157,7 @@ def quality_worker(ggufs: list[str], threads: int, frames: int) -> dict[str, Any
 
     import qtts
     from ..runtime.prompt import build_prompt, resolve_voice
+    from ..runtime.speech import default_non_streaming_mode
 
     models = [qtts.Model(g, n_threads=threads, device="cpu", voice_cache=False) for g in ggufs]
     ref = models[0]
@@ -164,15 +168,17 @@ def quality_worker(ggufs: list[str], threads: int, frames: int) -> dict[str, Any
     greedy.pop("frame_budget")
     codes = ref.generate_codes(TEXT, frame_budget=None, **kw, **greedy).codes
     cond = resolve_voice(ref, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"), voice=voice)
-    prompt = build_prompt(ref, TEXT, cond, non_streaming_mode=ref.variant != "base")
+    with ref.engine.session() as s:
+        prompt = build_prompt(ref, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(ref.variant))
+        pad = s.text_embed([ref.engine.text_ids["tts_pad"]])
     n = len(prompt.embeddings)
-    pad = ref.text_embedding([ref._native.text_ids["tts_pad"]])
 
     def trace(m: Any) -> list[np.ndarray]:
-        out = [m._session.talker_prefill(prompt.embeddings, n + frames + 1)[0]]
-        for f in range(frames - 1):
-            text = prompt.trailing[f:f + 1] if f < len(prompt.trailing) else pad
-            out.append(m._session.talker_step(codes[f].tolist(), text, n + f)[0])
+        with m.engine.session() as s:
+            out = [s.talker_prefill(prompt.embeddings, n + frames + 1)[0]]
+            for f in range(frames - 1):
+                text = prompt.trailing[f:f + 1] if f < len(prompt.trailing) else pad
+                out.append(s.talker_step(codes[f].tolist(), text, n + f)[0])
         return out
 
     base = trace(ref)
@@ -211,8 +217,8 @@ def run_micro(a: argparse.Namespace) -> dict[str, Any]:
     """Weight-free stages, best of `repeat`: the sampler, the mel front end, resampling, PCM packing."""
     import numpy as np
 
-    from .._native import core
     from ..runtime.audio import pcm16
+    from ..runtime.engine import sample_tokens
     from ..runtime.mel import log_mel_spectrogram
     from ..runtime.refaudio import load_reference_audio
 
@@ -221,9 +227,9 @@ def run_micro(a: argparse.Namespace) -> dict[str, Any]:
     wav44 = (0.1 * rng.standard_normal(44100 * 30)).astype(np.float32)
     wav24 = (0.1 * rng.standard_normal(24000 * 30)).astype(np.float32)
     cases = {
-        "sample greedy, 3072 logits (us/token)": (lambda: core.sample_tokens(logits, False, 1.0, 0, 1.0, 0), 1e6 / 1000),
-        "sample top-k 50, T 0.9 (us/token)": (lambda: core.sample_tokens(logits, True, 0.9, 50, 1.0, 0), 1e6 / 1000),
-        "sample top-p 0.8, T 0.9 (us/token)": (lambda: core.sample_tokens(logits, True, 0.9, 0, 0.8, 0), 1e6 / 1000),
+        "sample greedy, 3072 logits (us/token)": (lambda: sample_tokens(logits, False, 1.0, 0, 1.0, 0), 1e6 / 1000),
+        "sample top-k 50, T 0.9 (us/token)": (lambda: sample_tokens(logits, True, 0.9, 50, 1.0, 0), 1e6 / 1000),
+        "sample top-p 0.8, T 0.9 (us/token)": (lambda: sample_tokens(logits, True, 0.9, 0, 0.8, 0), 1e6 / 1000),
         "log-mel of 30 s (ms)": (lambda: log_mel_spectrogram(wav24), 1e3),
         "resample 30 s 44.1 -> 24 kHz (ms)": (lambda: load_reference_audio((wav44, 44100)), 1e3),
         "PCM16 packing of 30 s (ms)": (lambda: pcm16(wav24), 1e3),

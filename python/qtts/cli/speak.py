@@ -19,7 +19,6 @@ from .common import check_writable, load_model
 from .progress import generation_bar
 from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
 from ..convert.hfconfig import GENERATION_DEFAULTS
-from ..runtime.speech import FRAME_RATE
 from ..runtime.text import SPLIT_ABOVE_CHARS
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
@@ -245,7 +244,7 @@ def _add_sampling_arguments(s: argparse.ArgumentParser) -> None:
                         f"(model default {released['repetition_penalty']})")
     g.add_argument("--greedy", action="store_true", help="no sampling, talker and code predictor")
     g.add_argument("--max-new-tokens", type=setting_arg("max_new_tokens"),
-                   help=f"at most this many frames - 1 ({FRAME_RATE:g} frames per second; at least 2)")
+                   help="at most this many frames - 1 (12.5 frames per second; at least 2)")
     g.add_argument("--frame-budget", type=frame_budget, default="auto", metavar="N|auto|none",
                    help="runaway guard: the most frames per sentence (default: auto, from the text)")
     g.add_argument("--no-split", action="store_true",

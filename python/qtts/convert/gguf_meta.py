@@ -40,7 +40,7 @@ def read_fields(path: str | Path) -> tuple[GGUFReader, dict[str, Any]]:
 
 
 def read_tokenizer(path: str | Path) -> TokenizerData:
-    from .._native import core
+    from ..runtime.engine import read_tokenizer as read_native
 
-    tokens, types, merges = core.read_tokenizer(str(path))
+    tokens, types, merges = read_native(str(path))
     return TokenizerData(tokens=tokens, token_types=types, merges=merges)

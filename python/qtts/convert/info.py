@@ -8,8 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._native import core
-from ..runtime.generation import defaults_dict
+from ..runtime.engine import Engine
 from ..runtime.model import check_gguf_path, supported_languages
 from .names import KV
 
@@ -60,14 +59,14 @@ def inspect(path: str | os.PathLike[str]) -> ModelInfo:
     """Validate a model file with the native loader and summarise it (nothing is computed)."""
     p = Path(path)
     check_gguf_path(p)
-    native = core.Model(str(p), "cpu")  # the native metadata: gguf-py takes seconds over a 151k vocabulary
+    native = Engine.metadata(str(p))  # the native metadata: gguf-py takes seconds over a 151k vocabulary
     tensors = native.tensor_info()
     types = Counter(ty.upper() for _, ty, _ in tensors)
     return ModelInfo(
-        path=str(p), name=str(native.name), architecture=KV.ARCH_NAME,
-        variant=str(native.variant), size=str(native.size), format_version=KV.FORMAT,
+        path=str(p), name=native.name, architecture=KV.ARCH_NAME,
+        variant=native.variant, size=native.size, format_version=KV.FORMAT,
         file_size=p.stat().st_size, tensor_count=len(tensors), parameter_count=sum(n for _, _, n in tensors),
         tensors_by_type=dict(types), speakers=[s[0] for s in native.speakers],
-        languages=supported_languages(native.languages),
-        generation_defaults=defaults_dict(native.generation_defaults), hparams=dict(native.hparams),
+        languages=supported_languages(native.languages), generation_defaults=native.generation_defaults,
+        hparams=native.hparams,
     )

@@ -15,7 +15,7 @@ from .voice import Voice, VoiceCache
 if TYPE_CHECKING:
     from .model import Model
 
-# The speaker encoder's reflect pads need > 384 samples and >= 5 mel frames (spec G11).
+# The speaker encoder's reflect pads need > 384 samples and >= 5 mel frames (docs/model.md, "Speaker encoder").
 MIN_REFERENCE_SAMPLES = 5 * 256
 
 
@@ -38,13 +38,13 @@ def reference_samples(model: Model, ref_audio: AudioSource | np.ndarray, *, trim
 
 def speaker_embedding(model: Model, wav: np.ndarray) -> np.ndarray:
     mel = log_mel_spectrogram(wav, sample_rate=model.sample_rate, n_mels=model.hparams["speaker_encoder"]["mel_dim"])
-    with model._lock:
-        return model._session.speaker_embed(mel)
+    with model.engine.session() as s:
+        return s.speaker_embed(mel)
 
 
 def encode(model: Model, wav: np.ndarray) -> np.ndarray:
-    with model._lock:
-        return model._session.encode(wav)
+    with model.engine.session() as s:
+        return s.encode(wav)
 
 
 def create_voice(model: Model, ref_audio: AudioSource | np.ndarray, ref_text: str | None,

@@ -2,7 +2,9 @@
 
 `generate_custom_voice`, `generate_voice_design` and `generate_voice_clone` return `(list of float32
 waveforms, sample_rate)` and accept a single text or a list (each item synthesized in turn);
-language None means "auto". `create_voice_clone_prompt` returns a list of qtts.Voice, which
+language None means "auto", non_streaming_mode None the reference's default for the model's
+variant (True for generate_custom_voice and generate_voice_design, False for
+generate_voice_clone). `create_voice_clone_prompt` returns a list of qtts.Voice, which
 `generate_voice_clone(voice_clone_prompt=...)` takes back.
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ def _broadcast(name: str, value: Any, n: int) -> list[Any]:
     return [value] * n
 
 
-def _batch(model: Model, text: str | list[str], per_item: dict[str, Any], non_streaming_mode: bool,
+def _batch(model: Model, text: str | list[str], per_item: dict[str, Any], non_streaming_mode: bool | None,
            kwargs: dict[str, Any]) -> tuple[list[np.ndarray], int]:
     if not isinstance(text, (str, list, tuple)):
         raise TypeError(f"text must be a str or a list of str, got {type(text).__name__}")
@@ -45,12 +47,12 @@ class QwenTTSCompat:
 
     def generate_custom_voice(self: Model, text: str | list[str], speaker: str | list[str],  # type: ignore[misc]
                               language: str | list[str] | None = None, instruct: str | list[str] | None = None,
-                              non_streaming_mode: bool = True, **kwargs: Any) -> tuple[list[np.ndarray], int]:
+                              non_streaming_mode: bool | None = None, **kwargs: Any) -> tuple[list[np.ndarray], int]:
         return _batch(self, text, dict(speaker=speaker, language=language, instruct=instruct),
                       non_streaming_mode, kwargs)
 
     def generate_voice_design(self: Model, text: str | list[str], instruct: str | list[str],  # type: ignore[misc]
-                              language: str | list[str] | None = None, non_streaming_mode: bool = True,
+                              language: str | list[str] | None = None, non_streaming_mode: bool | None = None,
                               **kwargs: Any) -> tuple[list[np.ndarray], int]:
         return _batch(self, text, dict(instruct=instruct, language=language), non_streaming_mode, kwargs)
 
@@ -65,7 +67,8 @@ class QwenTTSCompat:
                              language: str | list[str] | None = None, ref_audio: Any = None,
                              ref_text: str | list[str | None] | None = None,
                              x_vector_only_mode: bool | list[bool] = False,
-                             voice_clone_prompt: Voice | list[Voice] | None = None, non_streaming_mode: bool = False,
+                             voice_clone_prompt: Voice | list[Voice] | None = None,
+                             non_streaming_mode: bool | None = None,
                              **kwargs: Any) -> tuple[list[np.ndarray], int]:
         if voice_clone_prompt is None:
             if ref_audio is None:

@@ -1,25 +1,22 @@
-"""The loaded model: the native weights, the tokenizer and a compute session."""
+"""The loaded model: the user API over the engine (native weights, compute session, lock) and
+the tokenizer."""
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
 from typing import Any
-import threading
 from pathlib import Path
 
 import numpy as np
 
-from .._native import core
 from . import speech
 from .audio import Audio, AudioChunk, Timings
 from . import cloning
 from .compat import QwenTTSCompat
-from .generation import SETTINGS, GenerationResult, check_bool, check_int, check_text, per_frame_timings
-from .generation import defaults_dict, generate_params, resolve_settings
-from .generation import frame_budget as frame_budget_for
+from .config import SETTINGS, check_bool, check_int
+from .engine import Engine
+from .generation import GenerationResult, check_text, per_frame_timings
 from ..convert.gguf_meta import read_tokenizer
-from .prompt import build_prompt, resolve_voice
 from .text import SplitSentences
 from ..threads import resolve_threads
 from .tokenizer import Tokenizer
@@ -43,7 +40,12 @@ def _check_request_args(speaker: Any, language: Any, instruct: Any, voice: Any,
 
 
 class Model(QwenTTSCompat):
-    """A Qwen3-TTS model loaded from a qtts GGUF file (see `qtts-cli convert`)."""
+    """A Qwen3-TTS model loaded from a qtts GGUF file (see `qtts-cli convert`).
+
+    `engine` is the low-level layer (qtts.runtime.engine.Engine): the native model, its compute
+    session and their lock, with stage access for tests and benchmarks (`with
+    model.engine.session() as s:` then s.talker_prefill, s.decode_stages, s.memory(),
+    s.set_profiling ...)."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
                  voice_cache: str | os.PathLike[str] | bool = True):
@@ -56,11 +58,9 @@ class Model(QwenTTSCompat):
             check_int("n_threads", n_threads, 1, MAX_THREADS)
         self.path = Path(path)
         check_gguf_path(self.path)
-        self._native = core.Model(str(self.path), device)
-        self.tokenizer: Tokenizer = Tokenizer.from_data(read_tokenizer(self.path))
         self.n_threads = resolve_threads(n_threads)
-        self._session = core.Session(self._native, self.n_threads)
-        self._lock = _SessionLock()
+        self.engine = Engine(str(self.path), device, self.n_threads)
+        self.tokenizer: Tokenizer = Tokenizer.from_data(read_tokenizer(self.path))
         self._fingerprint: str | None = None
         if voice_cache is True:
             from ..convert.registry import cache_dir
@@ -70,56 +70,56 @@ class Model(QwenTTSCompat):
 
     @property
     def variant(self) -> str:
-        return str(self._native.variant)
+        return self.engine.variant
 
     @property
     def size(self) -> str:
-        return str(self._native.size)
+        return self.engine.size
 
     @property
     def device(self) -> str:
-        return str(self._native.device)
+        return self.engine.device
 
     @property
     def devices(self) -> dict[str, str]:
         """The device each network's weights live on."""
-        return dict(self._native.component_devices)
+        return self.engine.component_devices
 
     @property
     def speakers(self) -> list[str]:
-        return [name for name, _, _ in self._native.speakers]
+        return [name for name, _, _ in self.engine.speakers]
 
     @property
     def languages(self) -> list[str]:
-        return supported_languages(self._native.languages)
+        return supported_languages(self.engine.languages)
 
     @property
     def generation_defaults(self) -> dict[str, float | int | bool]:
-        return defaults_dict(self._native.generation_defaults)
+        return self.engine.generation_defaults
 
     @property
     def hparams(self) -> dict[str, dict]:
-        return dict(self._native.hparams)
+        return self.engine.hparams
 
     def text_embedding(self, ids: list[int] | np.ndarray) -> np.ndarray:
         """The talker's projected text embedding P(ids), shape [len(ids), hidden]."""
-        with self._lock:
-            return self._session.text_embed([int(i) for i in ids])
+        with self.engine.session() as s:
+            return s.text_embed([int(i) for i in ids])
 
     @property
     def hidden_size(self) -> int:
-        return int(self._native.hparams["talker"]["embedding_length"])
+        return int(self.engine.hparams["talker"]["embedding_length"])
 
     @property
     def num_code_groups(self) -> int:
-        return int(self._native.hparams["talker"]["num_code_groups"])
+        return self.engine.num_code_groups
 
     @property
     def fingerprint(self) -> str:
         """Identifies the speaker encoder voices are made with (the same for every quantization
         of one checkpoint); empty for models without one."""
         if self._fingerprint is None:
-            tensors = self._native.tensor_data("spk_enc.")
+            tensors = self.engine.tensor_data("spk_enc.")
             self._fingerprint = model_fingerprint(tensors) if tensors else ""
         return self._fingerprint
 
@@ -129,7 +129,8 @@ class Model(QwenTTSCompat):
         return cloning.speaker_embedding(self, cloning.reference_samples(self, ref_audio))
 
     def encode(self, ref_audio: cloning.AudioSource | np.ndarray) -> np.ndarray:
-        """Codec codes [ceil(samples / 1920), 16] of a clip (the reference speech tokenizer's encode)."""
+        """Codec codes [ceil(samples / samples per frame), code groups] of a clip (the reference speech
+        tokenizer's encode; 1920 samples per frame and 16 groups in the released models)."""
         return cloning.encode(self, cloning.reference_samples(self, ref_audio))
 
     def create_voice(self, ref_audio: cloning.AudioSource | np.ndarray, ref_text: str | None = None, *,
@@ -142,17 +143,18 @@ class Model(QwenTTSCompat):
     @property
     def codec_ids(self) -> dict[str, int]:
         """Codec-stream control ids (pad, bos, eos, think, nothink, think_bos, think_eos)."""
-        return dict(self._native.codec_ids)
+        return self.engine.codec_ids
 
     def codec_embedding(self, ids: list[int] | np.ndarray) -> np.ndarray:
         """Rows C(ids) of the talker's codec embedding, shape [len(ids), hidden]."""
-        with self._lock:
-            return self._session.codec_embed([int(i) for i in ids])
+        with self.engine.session() as s:
+            return s.codec_embed([int(i) for i in ids])
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
-        """The waveform of codec codes [n, 16] (the reference's chunked decode): float32 [n * 1920]."""
-        with self._lock:
-            return self._session.decode(np.asarray(codes))
+        """The waveform of codec codes [n, code groups] (the reference's chunked decode): float32
+        [n * samples per frame]."""
+        with self.engine.session() as s:
+            return s.decode(np.asarray(codes))
 
     def generate_codes(self, text: str, *, language: str = "auto", speaker: str | None = None,
                        instruct: str | None = None, do_sample: bool | None = None, top_k: int | None = None,
@@ -182,19 +184,17 @@ class Model(QwenTTSCompat):
                         min_new_tokens=min_new_tokens)
         check_text(text)
         _check_request_args(speaker, language, instruct, voice, non_streaming_mode)
-        cond = resolve_voice(self, language=language, speaker=speaker, instruct=instruct, voice=voice)
-        s = resolve_settings(self.generation_defaults, settings, seed)
-        s["frame_budget"] = frame_budget_for(text, frame_budget)
-        if non_streaming_mode is None:
-            non_streaming_mode = self.variant != "base"
-        prompt = build_prompt(self, text, cond, non_streaming_mode=non_streaming_mode)
-        with self._lock:
-            codes, stop_reason, raw = self._session.generate(prompt.embeddings, prompt.trailing, generate_params(s))
-        return GenerationResult(codes, stop_reason, s["seed"], per_frame_timings(raw))
+        req = speech.make_request(self, text, language=language, speaker=speaker, instruct=instruct, seed=seed,
+                                  non_streaming_mode=non_streaming_mode, frame_budget=frame_budget,
+                                  split_sentences=False, settings=settings, voice=voice)
+        with self.engine.session() as s:
+            ((codes, stop_reason, raw),) = speech.generate_piece(self, s, req, 0, Timings())
+        assert stop_reason is not None
+        return GenerationResult(codes, stop_reason, req.config.seed, per_frame_timings(raw))
 
     @property
     def sample_rate(self) -> int:
-        return int(self._native.hparams["codec_decoder"]["sample_rate"])
+        return self.engine.sample_rate
 
     def synthesize(self, text: str, *, speaker: str | None = None, language: str = "auto",
                    instruct: str | None = None, voice: Voice | None = None,
@@ -214,14 +214,14 @@ class Model(QwenTTSCompat):
         Base models clone a voice: pass voice= (create_voice), or ref_audio= with ref_text= (ICL)
         or x_vector_only_mode=True, as generate_voice_clone takes them.
 
-        progress, a callable, receives a qtts.speech.Progress every few frames (the codes are the
+        progress, a callable, receives a qtts.runtime.speech.Progress every few frames (the codes are the
         same with or without it)."""
         if progress is not None and not callable(progress):
             raise TypeError(f"progress must be callable, got {type(progress).__name__}")
         req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
                             non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
-        with self._lock:
-            return speech.synthesize(self, req, progress)
+        with self.engine.session() as s:
+            return speech.synthesize(self, s, req, progress)
 
     def stream(self, text: str, *, speaker: str | None = None, language: str = "auto",
                instruct: str | None = None, voice: Voice | None = None,
@@ -240,12 +240,12 @@ class Model(QwenTTSCompat):
                             non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
 
         def chunks() -> Iterator[AudioChunk]:
-            with self._lock:
-                inner = speech.stream(self, req, first_chunk_frames=first_chunk_frames,
+            with self.engine.session() as s:  # held from the first chunk until the stream ends or closes
+                inner = speech.stream(self, s, req, first_chunk_frames=first_chunk_frames,
                                       max_chunk_frames=max_chunk_frames, timings=timings)
                 try:
                     for chunk in inner:
-                        with self._lock.suspended():
+                        with s.suspended():
                             yield chunk
                 finally:
                     inner.close()
@@ -279,45 +279,17 @@ class Model(QwenTTSCompat):
 
     def cancel(self) -> None:
         """Stop a generation running in another thread after its current frame."""
-        self._session.cancel()
+        self.engine.cancel()
 
     def __repr__(self) -> str:
-        if not hasattr(self, "_native"):  # __init__ failed before loading
+        if not hasattr(self, "engine"):  # __init__ failed before loading
             return f"qtts.Model({str(self.path)!r}, not loaded)"
         return f"qtts.Model({str(self.path)!r}, variant={self.variant!r}, size={self.size!r}, device={self.device!r})"
 
 
-class _SessionLock:
-    """One synthesis at a time per Model (other threads wait). A stream holds it while open; using
-    the model from the same thread while a stream is suspended between chunks would corrupt the
-    stream, so that raises instead."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._suspended_stream: int | None = None
-
-    def __enter__(self) -> None:
-        if self._suspended_stream == threading.get_ident():
-            raise RuntimeError("this qtts.Model is busy with an unfinished stream in this thread; "
-                               "close the stream first or load a second Model")
-        self._lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-    @contextlib.contextmanager
-    def suspended(self) -> Iterator[None]:
-        """Around a stream's yield: the caller's code runs while the stream stays open."""
-        self._suspended_stream = threading.get_ident()
-        try:
-            yield
-        finally:
-            self._suspended_stream = None
-
-
 def supported_languages(table: dict[str, int]) -> list[str]:
     """Languages a user may ask for, as the reference lists them: dialect ids are reached only
-    through a dialect speaker (spec G13)."""
+    through a dialect speaker (docs/model.md, "Configuration")."""
     return ["auto", *sorted(name for name in table if "dialect" not in name)]
 
 

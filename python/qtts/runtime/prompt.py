@@ -1,7 +1,8 @@
-"""Talker prompts (spec §2.5), built exactly as the reference does (M:1968-2237): CustomVoice
-(a named speaker), VoiceDesign (an instruct) and Base voice clones (an x-vector in the speaker
-slot, plus the reference transcript and codes for ICL). A prompt is the embedding matrix for the
-prefill and the trailing text vectors the generation loop adds one per frame."""
+"""Talker prompts, built exactly as the reference's `Qwen3TTSForConditionalGeneration.generate`
+does (docs/model.md, "Prompt layouts"): CustomVoice (a named speaker), VoiceDesign (an instruct)
+and Base voice clones (an x-vector in the speaker slot, plus the reference transcript and codes
+for ICL). A prompt is the embedding matrix for the prefill and the trailing text vectors the
+generation loop adds one per frame."""
 from __future__ import annotations
 
 import time
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .engine import SessionHandle
 from .voice import Voice, check_voice
 
 if TYPE_CHECKING:
@@ -50,53 +52,56 @@ def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct:
     lang = str(language).lower()
     if lang not in model.languages:
         raise ValueError(f"unsupported language {language!r}; supported: {', '.join(model.languages)}")
-    table = dict(model._native.languages)
+    table = model.engine.languages
     language_id = None if lang == "auto" else table[lang]
 
     speaker_id = None
     if variant == "custom_voice":
         if not speaker:
             raise ValueError(f"a custom_voice model needs a speaker; available: {', '.join(model.speakers)}")
-        known = {name: (sid, dialect) for name, sid, dialect in model._native.speakers}
+        known = {name: (sid, dialect) for name, sid, dialect in model.engine.speakers}
         if speaker.lower() not in known:
             raise ValueError(f"unknown speaker {speaker!r}; available: {', '.join(model.speakers)}")
         speaker_id, dialect = known[speaker.lower()]
-        # A dialect speaker overrides chinese/auto with its dialect's language id (M:2118-2122).
+        # A dialect speaker overrides chinese/auto with its dialect's language id, as the reference's
+        # generate does (docs/model.md, "Prompt layouts").
         if dialect and lang in ("chinese", "auto"):
             if dialect not in table:
                 raise ValueError(f"speaker {speaker!r} has dialect {dialect!r}, which the model has no id for")
             language_id = table[dialect]
-        # W:799 tests `tts_model_size in "0b6"` (a substring test): those models drop instruct.
+        # The reference's generate_custom_voice tests `tts_model_size in "0b6"`, a substring test:
+        # 0.6B models drop instruct (docs/model.md, "Reference quirks").
         if instruct and model.size in "0b6":
             raise ValueError(f"this {model.size} custom_voice model ignores instruct; pass instruct=None")
     elif speaker:
         raise ValueError("speaker is only for custom_voice models; describe the voice with instruct")
-    # The reference treats an empty instruct as none (W:706, W:821).
+    # The reference's wrapper treats an empty instruct as none (generate_custom_voice, generate_voice_design).
     return Conditioning(language_id, speaker_id, instruct or None, voice)
 
 
-def build_prompt(model: Model, text: str, cond: Conditioning, *, non_streaming_mode: bool) -> Prompt:
+def build_prompt(model: Model, s: SessionHandle, text: str, cond: Conditioning, *, non_streaming_mode: bool) -> Prompt:
+    """The prompt of one text piece, computed in the caller's engine session."""
     tok = model.tokenizer
     t0 = time.perf_counter()
     text_ids = tok.prompt_text_ids(text)  # validates: non-empty, template slices intact
     role = tok.assistant_ids(text)[:3]
-    tid = model._native.text_ids
+    tid = model.engine.text_ids
     instruct_ids = tok.instruct_ids(cond.instruct) if cond.instruct else []
     icl = cond.clone is not None and not cond.clone.x_vector_only_mode
     ref_ids = tok.ref_prompt_ids(cond.clone.ref_text or "") if icl else []
     tokenize_ms = (time.perf_counter() - t0) * 1e3
     # One projection call for every text vector the prompt needs.
     specials = [tid["tts_bos"], tid["tts_eos"], tid["tts_pad"]]
-    p = model.text_embedding(role + specials + ref_ids + text_ids + instruct_ids)
+    p = s.text_embed(role + specials + ref_ids + text_ids + instruct_ids)
     p_role, (bos, eos, pad), p_ref, p_text, p_instruct = np.split(
         p, np.cumsum([3, 3, len(ref_ids), len(text_ids)]))
 
-    cid = model.codec_ids
+    cid = model.engine.codec_ids
     think = ([cid["nothink"], cid["think_bos"], cid["think_eos"]] if cond.language_id is None
              else [cid["think"], cid["think_bos"], cond.language_id, cid["think_eos"]])
     speaker = [] if cond.speaker_id is None else [cond.speaker_id]
     seq = think + speaker + [cid["pad"], cid["bos"]]
-    c = model.codec_embedding(seq)
+    c = s.codec_embed(seq)
     if cond.clone is not None:  # the x-vector takes the speaker slot
         c = np.concatenate([c[:len(think)], cond.clone.x_vector[None].astype(np.float32), c[len(think):]])
     c_pad, c_bos = c[-2], c[-1]
@@ -106,7 +111,7 @@ def build_prompt(model: Model, text: str, cond: Conditioning, *, non_streaming_m
     parts = [p_instruct, p_role, codec_text]
     if icl:
         assert cond.clone is not None and cond.clone.ref_codes is not None
-        block, trailing = _icl_block(model, np.concatenate([p_ref, p_text, eos[None]]), cond.clone.ref_codes,
+        block, trailing = _icl_block(s, np.concatenate([p_ref, p_text, eos[None]]), cond.clone.ref_codes,
                                      c_bos, c_pad, pad, non_streaming_mode)
         parts.append(block)
     elif non_streaming_mode:
@@ -119,12 +124,11 @@ def build_prompt(model: Model, text: str, cond: Conditioning, *, non_streaming_m
                   np.ascontiguousarray(trailing, dtype=np.float32), tokenize_ms)
 
 
-def _icl_block(model: Model, txt: np.ndarray, ref_codes: np.ndarray, c_bos: np.ndarray, c_pad: np.ndarray,
+def _icl_block(s: SessionHandle, txt: np.ndarray, ref_codes: np.ndarray, c_bos: np.ndarray, c_pad: np.ndarray,
                pad: np.ndarray, non_streaming_mode: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The ICL block and trailing vectors (generate_icl_prompt, M:1968-2020): the reference and
-    target text against C(bos) followed by the reference frames."""
-    with model._lock:
-        frames = model._session.frame_embed(ref_codes)
+    """The ICL block and trailing vectors, as the reference's `generate_icl_prompt`: the reference
+    and target text against C(bos) followed by the reference frames (docs/model.md, "Prompt layouts")."""
+    frames = s.frame_embed(ref_codes)
     cod = np.concatenate([c_bos[None], frames])
     t1, t2 = len(txt), len(cod)
     if non_streaming_mode:

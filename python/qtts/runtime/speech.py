@@ -6,6 +6,7 @@ one frame for a low time to first audio, later chunks double up to `max_chunk_fr
 """
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -15,7 +16,9 @@ import numpy as np
 
 from .audio import Audio, AudioChunk, Timings
 from .cloning import CloneTimings
-from .generation import check_text, frame_budget, generate_params, resolve_settings
+from .config import GenerationConfig
+from .engine import Generated, SessionHandle
+from .generation import check_text
 from .prompt import Conditioning, Prompt, build_prompt, resolve_voice
 from .voice import Voice
 from .text import SplitSentences, text_pieces
@@ -24,7 +27,6 @@ if TYPE_CHECKING:
     from .model import Model
 
 PAUSE_SECONDS = 0.25  # silence between split sentences
-FRAME_RATE = 12.5  # codec frames per second of audio (the 12 Hz tokenizer)
 PROGRESS_FRAMES = 4  # frames per generation step when reporting progress (a third of a second of audio)
 
 
@@ -35,7 +37,7 @@ class Progress:
     frame_limit: int   # the most frames the request may take (frame budget and max_new_tokens, summed)
     piece: int         # the text piece being generated (0-based)
     pieces: int
-    audio_seconds: float  # audio of the frames so far (12.5 frames per second)
+    audio_seconds: float  # audio of the frames so far (the model's frame rate: 12.5 frames per second)
     elapsed_s: float
 
 
@@ -47,9 +49,8 @@ class Request:
     """One synthesis request, validated once and reused for every text piece."""
     pieces: list[str]
     cond: Conditioning
-    settings: dict[str, Any]
+    config: GenerationConfig  # the request's; each piece runs config.for_piece(index, text)
     non_streaming_mode: bool
-    budget: int | str | None
     clone_timings: CloneTimings | None = None  # set when the request encoded a reference clip
 
 
@@ -58,21 +59,40 @@ def make_request(model: Model, text: str, *, language: str, speaker: str | None,
                  split_sentences: SplitSentences, settings: dict[str, Any], voice: Voice | None = None) -> Request:
     check_text(text)
     cond = resolve_voice(model, language=language, speaker=speaker, instruct=instruct, voice=voice)
-    s = resolve_settings(model.generation_defaults, settings, seed)
+    config = GenerationConfig.resolve(model.generation_defaults, settings, seed, frame_budget)
     pieces = text_pieces(text, split_sentences)
-    if non_streaming_mode is None:  # the reference's defaults: generate_voice_clone streams text
-        non_streaming_mode = model.variant != "base"
-    return Request(pieces, cond, s, non_streaming_mode, frame_budget)
+    if non_streaming_mode is None:
+        non_streaming_mode = default_non_streaming_mode(model.variant)
+    return Request(pieces, cond, config, non_streaming_mode)
 
 
-def _piece_settings(req: Request, i: int, piece: str) -> dict[str, Any]:
-    # each piece gets its own budget and a seed of its own, derived from the request's
-    s = dict(req.settings, seed=(req.settings["seed"] + i) % 2**64)
-    s["frame_budget"] = frame_budget(piece, req.budget)
-    return s
+def default_non_streaming_mode(variant: str) -> bool:
+    """The reference's defaults: generate_custom_voice and generate_voice_design prefill the whole
+    text (True), generate_voice_clone streams it in with the frames (False)."""
+    return variant != "base"
 
 
-def synthesize(model: Model, req: Request, progress: ProgressCallback | None = None) -> Audio:
+def generate_piece(model: Model, s: SessionHandle, req: Request, index: int, timings: Timings,
+                   steps: Iterator[int] | None = None) -> Iterator[Generated]:
+    """The generation of text piece `index`, the one path every API takes: its prompt, its config,
+    then the native loop, in one call (steps None: one result) or stepped (`steps` gives each
+    step's frame count). Stepped, it first yields an empty step once the prompt is prefilled;
+    the stop reason is None until the last step."""
+    piece = req.pieces[index]
+    prompt = _timed_prompt(model, s, req, piece, timings)
+    config = req.config.for_piece(index, piece)
+    if steps is None:
+        yield s.generate(prompt.embeddings, prompt.trailing, config)
+        return
+    s.generate_begin(prompt.embeddings, prompt.trailing, config)
+    reason: str | None = None
+    yield model.engine.empty_codes(), reason, {}
+    while reason is None:
+        codes, reason, raw = s.generate_next(next(steps))
+        yield codes, reason, raw
+
+
+def synthesize(model: Model, s: SessionHandle, req: Request, progress: ProgressCallback | None = None) -> Audio:
     """All of the request's audio; with `progress`, the generation runs a few frames at a time
     (the same codes) and reports after each step."""
     t_start = time.perf_counter()
@@ -83,25 +103,25 @@ def synthesize(model: Model, req: Request, progress: ProgressCallback | None = N
     stop_reason = "eos"
     gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
     _clone_timings(timings, req.clone_timings)
-    limit = sum(_frame_limit(_piece_settings(req, i, p)) for i, p in enumerate(req.pieces))
+    limit = sum(req.config.for_piece(i, p).frame_limit for i, p in enumerate(req.pieces))
     done = 0
-    for i, piece in enumerate(req.pieces):
-        prompt = _timed_prompt(model, req, piece, timings)
-        settings = _piece_settings(req, i, piece)
-        if progress is None:
-            codes, reason, raw = model._session.generate(prompt.embeddings, prompt.trailing, generate_params(settings))
-        else:
-            def report(n: int, i: int = i, done: int = done, cb: ProgressCallback = progress) -> None:
-                cb(Progress(done + n, limit, i, len(req.pieces), (done + n) / FRAME_RATE,
-                            time.perf_counter() - t_start))
-
-            codes, reason, raw = _generate_stepped(model, prompt, settings, report)
+    for i in range(len(req.pieces)):
+        steps = None if progress is None else itertools.repeat(PROGRESS_FRAMES)
+        parts: list[np.ndarray] = []
+        for codes, reason, raw in generate_piece(model, s, req, i, timings, steps):
+            parts.append(codes)
+            if progress is not None:
+                n = done + sum(len(c) for c in parts)
+                progress(Progress(n, limit, i, len(req.pieces), n / model.engine.frame_rate,
+                                  time.perf_counter() - t_start))
+        codes = np.concatenate(parts)
+        assert reason is not None
         done += len(codes)
         for k in ("prefill_ms", "talker_ms", "predictor_ms"):
             gen[k] += raw[k]
         if len(codes):
             t0 = time.perf_counter()
-            waves.append(_decode(model, codes, _ref_codes(req)))
+            waves.append(_decode(s, codes, _ref_codes(req)))
             gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
             if i + 1 < len(req.pieces):
                 waves.append(pause)
@@ -111,32 +131,20 @@ def synthesize(model: Model, req: Request, progress: ProgressCallback | None = N
         if reason == "cancelled":
             break
     samples = np.concatenate(waves) if waves else np.zeros(0, dtype=np.float32)
-    codes = np.concatenate(all_codes) if all_codes else np.zeros((0, 16), dtype=np.int32)
+    codes = np.concatenate(all_codes) if all_codes else model.engine.empty_codes()
     _finish(timings, gen, len(codes), len(samples) / model.sample_rate, t_start)
     return Audio(samples, model.sample_rate, codes, stop_reason, timings)
 
 
-def _frame_limit(settings: dict[str, Any]) -> int:
-    most = settings["max_new_tokens"] - 1  # the reference's loop: at most max_new_tokens - 1 frames
-    return min(most, settings["frame_budget"]) if settings["frame_budget"] > 0 else most
+def _chunk_sizes(first: int, most: int) -> Iterator[int]:
+    """The stream's steps: `first` frames, then doubling up to `most`."""
+    n = first
+    while True:
+        yield n
+        n = min(2 * n, most)
 
 
-def _generate_stepped(model: Model, prompt: Prompt, settings: dict[str, Any],
-                      report: Callable[[int], None]) -> tuple[np.ndarray, str, dict[str, float]]:
-    session = model._session
-    session.generate_begin(prompt.embeddings, prompt.trailing, generate_params(settings))
-    parts: list[np.ndarray] = []
-    n, reason, raw = 0, None, {}
-    report(0)
-    while reason is None:
-        codes, reason, raw = session.generate_next(PROGRESS_FRAMES)
-        parts.append(codes)
-        n += len(codes)
-        report(n)
-    return np.concatenate(parts), reason, raw
-
-
-def stream(model: Model, req: Request, *, first_chunk_frames: int = 1, max_chunk_frames: int = 8,
+def stream(model: Model, s: SessionHandle, req: Request, *, first_chunk_frames: int = 1, max_chunk_frames: int = 8,
            timings: Timings | None = None) -> Iterator[AudioChunk]:
     """Chunks as they are produced; closing the iterator stops the generation."""
     if not 1 <= first_chunk_frames <= max_chunk_frames:
@@ -145,27 +153,23 @@ def stream(model: Model, req: Request, *, first_chunk_frames: int = 1, max_chunk
     timings = timings if timings is not None else Timings()
     gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
     frames, samples_out, index = 0, 0, 0
-    session = model._session
     ref = _ref_codes(req)
     _clone_timings(timings, req.clone_timings)
-    for i, piece in enumerate(req.pieces):
-        prompt = _timed_prompt(model, req, piece, timings)
-        session.generate_begin(prompt.embeddings, prompt.trailing, generate_params(_piece_settings(req, i, piece)))
+    for i in range(len(req.pieces)):
         if ref is None:
-            session.decode_stream_reset()
+            s.decode_stream_reset()
         else:  # the decoder's context: the reference frames, whose audio is not emitted
             t0 = time.perf_counter()
-            session.decode_stream_reset(silent_frames=len(ref))
-            session.decode_stream_push(ref)
+            s.decode_stream_reset(silent_frames=len(ref))
+            s.decode_stream_push(ref)
             gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
-        n, reason, raw = first_chunk_frames, None, {}
-        while reason is None:
-            codes, reason, raw = session.generate_next(n)
-            n = min(2 * n, max_chunk_frames)
+        raw: dict[str, float] = {}
+        for codes, reason, raw in generate_piece(model, s, req, i, timings,
+                                                 _chunk_sizes(first_chunk_frames, max_chunk_frames)):
             if not len(codes) and reason is None:
                 continue
             t0 = time.perf_counter()
-            wav = session.decode_stream_push(codes) if len(codes) else np.zeros(0, dtype=np.float32)
+            wav = s.decode_stream_push(codes) if len(codes) else np.zeros(0, dtype=np.float32)
             gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
             frames += len(codes)
             samples_out += len(wav)
@@ -184,13 +188,13 @@ def stream(model: Model, req: Request, *, first_chunk_frames: int = 1, max_chunk
         if i + 1 < len(req.pieces):
             pause = np.zeros(int(PAUSE_SECONDS * model.sample_rate), dtype=np.float32)
             samples_out += len(pause)
-            yield AudioChunk(pause, model.sample_rate, np.zeros((0, 16), dtype=np.int32), index)
+            yield AudioChunk(pause, model.sample_rate, model.engine.empty_codes(), index)
             index += 1
 
 
-def _timed_prompt(model: Model, req: Request, piece: str, timings: Timings) -> Prompt:
+def _timed_prompt(model: Model, s: SessionHandle, req: Request, piece: str, timings: Timings) -> Prompt:
     t0 = time.perf_counter()
-    prompt = build_prompt(model, piece, req.cond, non_streaming_mode=req.non_streaming_mode)
+    prompt = build_prompt(model, s, piece, req.cond, non_streaming_mode=req.non_streaming_mode)
     timings.prompt_ms += (time.perf_counter() - t0) * 1e3 - prompt.tokenize_ms
     timings.tokenize_ms += prompt.tokenize_ms
     return prompt
@@ -201,13 +205,14 @@ def _ref_codes(req: Request) -> np.ndarray | None:
     return None if clone is None else clone.ref_codes
 
 
-def _decode(model: Model, codes: np.ndarray, ref: np.ndarray | None) -> np.ndarray:
+def _decode(s: SessionHandle, codes: np.ndarray, ref: np.ndarray | None) -> np.ndarray:
     """The waveform of generated codes; an ICL voice decodes them after its reference codes and
-    cuts the reference's share off with the reference's own formula (spec G8)."""
+    cuts the reference's share off with the reference's own proportional formula, which can be
+    one sample off the frame boundary (docs/model.md, "Reference quirks")."""
     if ref is None:
-        return model._session.decode(codes)
+        return s.decode(codes)
     full = np.concatenate([ref, codes])
-    wav = model._session.decode(full)
+    wav = s.decode(full)
     cut = int(len(ref) / max(len(full), 1) * len(wav))
     return wav[cut:]
 

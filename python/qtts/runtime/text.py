@@ -1,8 +1,8 @@
 """Splitting long text into sentence-sized pieces that are synthesized one after another.
 
 The talker was trained on utterances, not chapters: long inputs drift in pace and are more
-likely to lose their EOS (peers.md §6), and a prompt's prefill time grows with the square of its
-length. Sentence ends include CJK punctuation, which needs no following space.
+likely to lose their EOS (docs/model.md, "Generation loop"), and a prompt's prefill time grows
+with the square of its length. Sentence ends include CJK punctuation, which needs no following space.
 """
 from __future__ import annotations
 

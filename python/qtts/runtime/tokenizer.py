@@ -1,7 +1,8 @@
 """Qwen3-TTS text tokenizer, rebuilt from the arrays our GGUF carries.
 
 Ids equal the reference's `Qwen2TokenizerFast` as transformers converts it from vocab.json +
-merges.txt, with the original Qwen2 regex (the hub-id load path, spec G1). We deliberately do
+merges.txt, with the original Qwen2 regex (the hub-id load path; docs/model.md, "Reference
+quirks"). We deliberately do
 not reproduce the Mistral-style regex a local >100k-vocab load with fix_mistral_regex gets.
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
-# Chat templates (spec §2.3, W:269-276). The model code slices the encoded ids positionally.
+# The chat templates of the reference's wrapper (`_build_assistant_text`, `_build_ref_text`,
+# `_build_instruct_text`); its generate slices the encoded ids positionally (docs/model.md, "Prompt layouts").
 _ASSISTANT_HEAD = "<|im_start|>assistant\n"
 _ASSISTANT_TAIL = "<|im_end|>\n<|im_start|>assistant\n"
 _REF_TAIL = "<|im_end|>\n"
@@ -235,14 +237,14 @@ class Tokenizer:
                 ) -> list[int]:
         if not text.strip():
             raise ValueError(f"{what} is empty")
-        # The reference slices by position (M:2177-2191): a vocabulary that splits the
+        # The reference's generate slices by position (docs/model.md, "Prompt layouts"): a vocabulary that splits the
         # template differently would make it cut into the text, so refuse it.
         if len(self._head) != 3 or len(tail) != n_tail:
             raise ValueError("this vocabulary does not encode the chat template as the "
                              "reference's slicing assumes (3 head / 5 or 2 tail tokens)")
         if ids[:3] != self._head:
             raise ValueError(f"{what} begins with whitespace that merges with the template's "
-                             f"trailing newline (spec G12); strip leading newlines: {text[:16]!r}")
+                             f"trailing newline; strip leading newlines: {text[:16]!r}")
         if len(ids) < 3 + len(tail) or ids[-len(tail):] != tail:
             raise ValueError(f"{what} ends in a way that merges with the template's "
                              f"<|im_end|> suffix: {text[-16:]!r}")

@@ -1,0 +1,317 @@
+"""The engine: the one layer between the native binding (qtts._core) and the Python API.
+
+An Engine owns the native model (the mapped weights and their metadata), one compute session
+(KV cache, compute buffers, the codec decoder's streaming state) and the lock that serialises
+its use (docs/architecture.md, "Layers"). Nothing else in qtts touches a native handle.
+
+The lock is taken once per operation, visibly: `with engine.session() as s:` yields a
+SessionHandle with the compute methods, valid until the block ends. A stream holds it between
+chunks, so other threads wait; the same thread using the engine then (its stream suspended at a
+chunk) would corrupt the stream, and raises RuntimeError instead.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .._native import core
+from .config import GenerationConfig
+
+# What a generation returns: codes [frames, code groups] int32, the stop reason ("eos",
+# "max_new_tokens", "budget", "cancelled"; None while a stepped generation goes on) and the
+# native timings (prefill_ms, talker_ms, predictor_ms, frames).
+Generated = tuple[np.ndarray, str | None, dict[str, float]]
+
+
+def native_params(config: GenerationConfig) -> Any:
+    """A piece's GenerationConfig as the binding's GenerateParams: the only place that knows it."""
+    if isinstance(config.frame_budget, str):
+        raise ValueError("a request's frame_budget must be resolved for its text first (GenerationConfig.for_piece)")
+    return core.GenerateParams(
+        talker=core.SamplingParams(do_sample=config.do_sample, temperature=config.temperature, top_k=config.top_k,
+                                   top_p=config.top_p),
+        subtalker=core.SamplingParams(do_sample=config.subtalker_dosample, temperature=config.subtalker_temperature,
+                                      top_k=config.subtalker_top_k, top_p=config.subtalker_top_p),
+        repetition_penalty=config.repetition_penalty, max_new_tokens=config.max_new_tokens,
+        min_new_tokens=config.min_new_tokens, seed=config.seed,
+        frame_budget=config.frame_budget or 0)  # 0: no runaway guard
+
+
+def read_defaults(native: Any) -> dict[str, Any]:
+    """A native model's generation defaults (its copy of generation_config.json) by qwen-tts name:
+    the only reader of the binding's GenerationDefaults."""
+    d = native.generation_defaults
+    return {"do_sample": d.talker.do_sample, "temperature": d.talker.temperature, "top_k": d.talker.top_k,
+            "top_p": d.talker.top_p, "repetition_penalty": d.repetition_penalty,
+            "subtalker_dosample": d.subtalker.do_sample, "subtalker_temperature": d.subtalker.temperature,
+            "subtalker_top_k": d.subtalker.top_k, "subtalker_top_p": d.subtalker.top_p,
+            "max_new_tokens": d.max_new_tokens}
+
+
+def read_tokenizer(path: str) -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token types, merges) of a qtts GGUF file, read by the native parser (gguf-py takes
+    seconds over a 151k vocabulary)."""
+    tokens, types, merges = core.read_tokenizer(path)
+    return list(tokens), list(types), list(merges)
+
+
+def sample_tokens(logits: np.ndarray, do_sample: bool, temperature: float, top_k: int, top_p: float,
+                  seed: int) -> list[int]:
+    """The native sampler over rows of logits [n, vocab], one token per row (benchmarks)."""
+    return list(core.sample_tokens(logits, do_sample, temperature, top_k, top_p, seed))
+
+
+def build_info() -> dict[str, Any]:
+    """The ggml version and the CPU features the native core sees."""
+    return {"ggml": str(core.ggml_version()), "cpu_features": list(core.cpu_features())}
+
+
+class Engine:
+    """The native model, its compute session and their lock. Metadata reads take no lock (the
+    model is immutable once loaded); computation goes through `session()`."""
+
+    def __init__(self, path: str, device: str = "auto", n_threads: int = 1) -> None:
+        self._model = core.Model(path, device)
+        self._session = core.Session(self._model, n_threads)
+        self._lock = _EngineLock()
+
+    @classmethod
+    def metadata(cls, path: str) -> Engine:
+        """The model alone, for reading its metadata (no compute session, nothing computed)."""
+        engine = cls.__new__(cls)
+        engine._model = core.Model(path, "cpu")
+        engine._session = None
+        engine._lock = _EngineLock()
+        return engine
+
+    # -- metadata ---------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return str(self._model.name)
+
+    @property
+    def variant(self) -> str:
+        return str(self._model.variant)
+
+    @property
+    def size(self) -> str:
+        return str(self._model.size)
+
+    @property
+    def device(self) -> str:
+        return str(self._model.device)
+
+    @property
+    def component_devices(self) -> dict[str, str]:
+        return dict(self._model.component_devices)
+
+    @property
+    def weight_bytes(self) -> int:
+        return int(self._model.weight_bytes)
+
+    @property
+    def speakers(self) -> list[tuple[str, int, str]]:
+        """(name, codec id, dialect or "") of each speaker."""
+        return [(str(n), int(i), str(d)) for n, i, d in self._model.speakers]
+
+    @property
+    def languages(self) -> dict[str, int]:
+        """Every language's codec id, dialects included."""
+        return dict(self._model.languages)
+
+    @property
+    def text_ids(self) -> dict[str, int]:
+        return dict(self._model.text_ids)
+
+    @property
+    def codec_ids(self) -> dict[str, int]:
+        return dict(self._model.codec_ids)
+
+    @property
+    def generation_defaults(self) -> dict[str, Any]:
+        return read_defaults(self._model)
+
+    @property
+    def hparams(self) -> dict[str, dict]:
+        return dict(self._model.hparams)
+
+    @property
+    def num_code_groups(self) -> int:
+        """Codes per frame: codebook 0 from the talker, the rest from the code predictor."""
+        return int(self._model.hparams["talker"]["num_code_groups"])
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self._model.hparams["codec_decoder"]["sample_rate"])
+
+    @property
+    def samples_per_frame(self) -> int:
+        """Audio samples per codec frame (the codec decoder's hop)."""
+        return int(self._model.hparams["codec_decoder"]["hop_length"])
+
+    @property
+    def frame_rate(self) -> float:
+        """Codec frames per second of audio."""
+        return self.sample_rate / self.samples_per_frame
+
+    def tensor_info(self) -> list[tuple[str, str, int]]:
+        """(name, type, element count) of every tensor in the file."""
+        return list(self._model.tensor_info())
+
+    def tensor_data(self, prefix: str) -> list[tuple[str, str, bytes]]:
+        """(name, type, raw bytes) of every tensor whose name starts with `prefix`."""
+        return list(self._model.tensor_data(prefix))
+
+    def empty_codes(self) -> np.ndarray:
+        return np.zeros((0, self.num_code_groups), dtype=np.int32)
+
+    # -- computation ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def session(self) -> Iterator[SessionHandle]:
+        """The compute session for one operation: other threads wait until the block ends."""
+        if self._session is None:
+            raise RuntimeError("this engine was opened for its metadata only (Engine.metadata)")
+        with self._lock:
+            handle = SessionHandle(self._session, self._lock)
+            try:
+                yield handle
+            finally:
+                handle._session = None
+
+    def memory(self) -> dict[str, int]:
+        """Bytes the session holds now: kv_cache, compute_buffers. A read of two sizes that takes no
+        lock, so that it can be watched between chunks of an open stream."""
+        if self._session is None:
+            return {"kv_cache": 0, "compute_buffers": 0}
+        return dict(self._session.memory())
+
+    def cancel(self) -> None:
+        """Stop a generation running in another thread after its current frame (takes no lock)."""
+        if self._session is not None:
+            self._session.cancel()
+
+
+class SessionHandle:
+    """The compute methods of an engine's session, valid inside `with engine.session()`."""
+
+    def __init__(self, session: Any, lock: _EngineLock) -> None:
+        self._session: Any = session
+        self._lock = lock
+
+    @property
+    def native(self) -> Any:
+        if self._session is None:
+            raise RuntimeError("this engine session is closed: use it inside its `with engine.session()` block")
+        return self._session
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Around a stream's yield: the caller's code runs while the stream keeps the session."""
+        with self._lock.suspended():
+            yield
+
+    # embeddings and codecs
+    def text_embed(self, ids: list[int]) -> np.ndarray:
+        """The talker's projected text embedding P(ids), shape [len(ids), hidden]."""
+        return self.native.text_embed([int(i) for i in ids])
+
+    def codec_embed(self, ids: list[int]) -> np.ndarray:
+        """Rows C(ids) of the talker's codec embedding, shape [len(ids), hidden]."""
+        return self.native.codec_embed([int(i) for i in ids])
+
+    def frame_embed(self, codes: np.ndarray) -> np.ndarray:
+        """The talker's input vector of each codec frame (the sum of its code groups' embeddings)."""
+        return self.native.frame_embed(codes)
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        return self.native.decode(np.asarray(codes))
+
+    def speaker_embed(self, mel: np.ndarray) -> np.ndarray:
+        return self.native.speaker_embed(mel)
+
+    def encode(self, wav: np.ndarray) -> np.ndarray:
+        return self.native.encode(wav)
+
+    def decode_stream_reset(self, silent_frames: int = 0) -> None:
+        self.native.decode_stream_reset(silent_frames=silent_frames)
+
+    def decode_stream_push(self, codes: np.ndarray) -> np.ndarray:
+        return self.native.decode_stream_push(codes)
+
+    def decode_stages(self, codes: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+        """Named codec decoder intermediates, each [time, channels]."""
+        return dict(self.native.decode_stages(codes, names))
+
+    # generation
+    def generate(self, embeddings: np.ndarray, trailing: np.ndarray, config: GenerationConfig) -> Generated:
+        """A whole piece's generation in one native call."""
+        return self.native.generate(embeddings, trailing, native_params(config))
+
+    def generate_begin(self, embeddings: np.ndarray, trailing: np.ndarray, config: GenerationConfig) -> None:
+        """Prefill a piece's prompt; generate_next then steps the loop."""
+        self.native.generate_begin(embeddings, trailing, native_params(config))
+
+    def generate_next(self, n_frames: int) -> Generated:
+        """Up to `n_frames` more frames; the stop reason is None while the generation goes on."""
+        return self.native.generate_next(n_frames)
+
+    def talker_prefill(self, embeddings: np.ndarray, n_ctx: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """The talker over a prompt: (logits, normed hidden state) of its last position; the KV
+        cache is sized for n_ctx positions (0: the prompt's)."""
+        return self.native.talker_prefill(embeddings, n_ctx)
+
+    def talker_step(self, codes: list[int], text: np.ndarray, n_past: int) -> tuple[np.ndarray, np.ndarray]:
+        """One decode step after talker_prefill: (logits, normed hidden state)."""
+        return self.native.talker_step(codes, text, n_past)
+
+    # state and profiling
+    @property
+    def prefill_chunk(self) -> int:
+        return int(self.native.prefill_chunk)
+
+    @prefill_chunk.setter
+    def prefill_chunk(self, value: int) -> None:
+        self.native.prefill_chunk = value
+
+    def set_profiling(self, on: bool) -> None:
+        self.native.set_profiling(on)
+
+    def profile(self) -> dict[str, float]:
+        return dict(self.native.profile())
+
+
+class _EngineLock:
+    """One operation at a time per engine: other threads wait. Taking it again from the thread
+    that holds it is a bug (a nested call, or code run while this thread's stream is suspended
+    at a chunk) and raises instead of deadlocking."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+        self._suspended = False
+
+    def __enter__(self) -> None:
+        me = threading.get_ident()
+        if self._owner == me:
+            if self._suspended:
+                raise RuntimeError("this qtts.Model is busy with an unfinished stream in this thread; "
+                                   "close the stream first or load a second Model")
+            raise RuntimeError("this qtts.Model is busy with an operation in this thread (a nested call)")
+        self._lock.acquire()
+        self._owner = me
+
+    def __exit__(self, *exc: object) -> None:
+        self._owner = None
+        self._lock.release()
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        self._suspended = True
+        try:
+            yield
+        finally:
+            self._suspended = False
