@@ -1,6 +1,6 @@
 """Thread-count defaults: physical cores in this process's affinity mask.
 
-ggml's spin barriers collapse when threads outnumber cores (build notes: 100x slower on 2
+ggml's spin barriers collapse when threads outnumber cores (measured: 100x slower on 2
 cores with its default of 4), and SMT siblings only add contention for memory-bound decoding.
 """
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""Read qtts GGUF metadata from Python (tokenizer tables, info) with the gguf package."""
+"""Read qtts GGUF metadata from Python with the gguf package (the quantizer and tests)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 from gguf import GGUFReader, GGUFValueType
-
-from ..runtime.tokenizer import TokenizerData
 
 
 def _text(path: str | Path, key: str, raw: bytes) -> str:
@@ -38,9 +36,3 @@ def read_fields(path: str | Path) -> tuple[GGUFReader, dict[str, Any]]:
             fields[key] = field.contents()
     return reader, fields
 
-
-def read_tokenizer(path: str | Path) -> TokenizerData:
-    from ..runtime.engine import read_tokenizer as read_native
-
-    tokens, types, merges = read_native(str(path))
-    return TokenizerData(tokens=tokens, token_types=types, merges=merges)

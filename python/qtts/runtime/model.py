@@ -14,12 +14,11 @@ from .audio import Audio, AudioChunk, Timings
 from . import cloning
 from .compat import QwenTTSCompat
 from .config import SETTINGS, check_bool, check_int
-from .engine import Engine
+from .engine import Engine, read_tokenizer
 from .generation import GenerationResult, check_text, per_frame_timings
-from ..convert.gguf_meta import read_tokenizer
 from .text import SplitSentences
 from ..threads import resolve_threads
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, TokenizerData
 from .voice import Voice, VoiceCache, model_fingerprint
 
 
@@ -38,6 +37,13 @@ def _check_request_args(speaker: Any, language: Any, instruct: Any, voice: Any,
     if non_streaming_mode is not None:
         check_bool("non_streaming_mode", non_streaming_mode)
 
+
+
+def _check_setting_names(sampling: dict[str, Any]) -> None:
+    unknown = set(sampling) - set(SETTINGS)
+    if unknown:
+        raise TypeError(f"unexpected argument(s) {', '.join(sorted(unknown))}; sampling settings are "
+                        f"{', '.join(SETTINGS)}")
 
 class Model(QwenTTSCompat):
     """A Qwen3-TTS model loaded from a qtts GGUF file (see `qtts-cli convert`).
@@ -60,7 +66,7 @@ class Model(QwenTTSCompat):
         check_gguf_path(self.path)
         self.n_threads = resolve_threads(n_threads)
         self.engine = Engine(str(self.path), device, self.n_threads)
-        self.tokenizer: Tokenizer = Tokenizer.from_data(read_tokenizer(self.path))
+        self.tokenizer: Tokenizer = Tokenizer.from_data(TokenizerData(*read_tokenizer(str(self.path))))
         self._fingerprint: str | None = None
         if voice_cache is True:
             from ..convert.registry import cache_dir
@@ -157,17 +163,15 @@ class Model(QwenTTSCompat):
             return s.decode(np.asarray(codes))
 
     def generate_codes(self, text: str, *, language: str = "auto", speaker: str | None = None,
-                       instruct: str | None = None, do_sample: bool | None = None, top_k: int | None = None,
-                       top_p: float | None = None, temperature: float | None = None,
-                       repetition_penalty: float | None = None, subtalker_dosample: bool | None = None,
-                       subtalker_top_k: int | None = None, subtalker_top_p: float | None = None,
-                       subtalker_temperature: float | None = None, max_new_tokens: int | None = None,
-                       min_new_tokens: int | None = None, non_streaming_mode: bool | None = None, seed: int | None = None,
-                       frame_budget: int | str | None = "auto", voice: Voice | None = None) -> GenerationResult:
+                       instruct: str | None = None, non_streaming_mode: bool | None = None, seed: int | None = None,
+                       frame_budget: int | str | None = "auto", voice: Voice | None = None,
+                       **sampling: Any) -> GenerationResult:
         """Codec codes [frames, 16] for `text` (CustomVoice: a speaker; VoiceDesign: an instruct;
         Base: a cloned voice from create_voice).
 
-        Settings left as None take the model's generation_defaults; non_streaming_mode defaults
+        `sampling` takes the settings of qtts.GenerationConfig by their qwen-tts names (do_sample,
+        temperature, top_k, top_p, repetition_penalty, subtalker_*, max_new_tokens, min_new_tokens).
+        Settings left out or None take the model's generation_defaults; non_streaming_mode defaults
         to True, as in the reference's generate_custom_voice / generate_voice_design (False for
         base models, as generate_voice_clone). At most
         max_new_tokens - 1 frames come out. The same seed gives the same codes.
@@ -177,16 +181,12 @@ class Model(QwenTTSCompat):
         another thread stops the loop within one frame (KeyboardInterrupt / stop_reason
         "cancelled").
         """
-        settings = dict(do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature,
-                        repetition_penalty=repetition_penalty, subtalker_dosample=subtalker_dosample,
-                        subtalker_top_k=subtalker_top_k, subtalker_top_p=subtalker_top_p,
-                        subtalker_temperature=subtalker_temperature, max_new_tokens=max_new_tokens,
-                        min_new_tokens=min_new_tokens)
+        _check_setting_names(sampling)
         check_text(text)
         _check_request_args(speaker, language, instruct, voice, non_streaming_mode)
         req = speech.make_request(self, text, language=language, speaker=speaker, instruct=instruct, seed=seed,
                                   non_streaming_mode=non_streaming_mode, frame_budget=frame_budget,
-                                  split_sentences=False, settings=settings, voice=voice)
+                                  split_sentences=False, settings=sampling, voice=voice)
         with self.engine.session() as s:
             ((codes, stop_reason, raw),) = speech.generate_piece(self, s, req, 0, Timings())
         assert stop_reason is not None
@@ -256,10 +256,7 @@ class Model(QwenTTSCompat):
                  split_sentences: SplitSentences, frame_budget: int | str | None, non_streaming_mode: bool | None,
                  sampling: dict[str, Any], voice: Voice | None, ref_audio: Any, ref_text: str | None,
                  x_vector_only_mode: bool) -> speech.Request:
-        unknown = set(sampling) - set(SETTINGS)
-        if unknown:
-            raise TypeError(f"unexpected argument(s) {', '.join(sorted(unknown))}; sampling settings are "
-                            f"{', '.join(SETTINGS)}")
+        _check_setting_names(sampling)
         check_text(text)
         _check_request_args(speaker, language, instruct, voice, non_streaming_mode)
         check_text(ref_text, "ref_text", optional=True, allow_empty=True)
