@@ -46,7 +46,7 @@ ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const C
     x = transformer_stack(ctx, gf, x, pos, c.tfm, o);
     x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n - 1) * x->nb[1]);
     x = named(rms_norm(ctx, x, c.output_norm, c.tfm.hp.eps), "pred.hidden");
-    return named(ggml_mul_mat(ctx, c.lm_head[step], x), "%s", kPredLogits);
+    return named(matmul(ctx, c.lm_head[step], x), "%s", kPredLogits);
 }
 
 }  // namespace qtts

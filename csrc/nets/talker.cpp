@@ -49,7 +49,7 @@ ggml_tensor * talker_body(ggml_context * ctx, ggml_cgraph * gf, const Talker & t
     x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n - 1) * x->nb[1]);
     ggml_tensor * h = named(rms_norm(ctx, x, t.output_norm, t.tfm.hp.eps), "%s", kTalkerHidden);
     ggml_set_output(h);
-    return named(ggml_mul_mat(ctx, t.codec_head, h), "%s", kTalkerLogits);
+    return named(matmul(ctx, t.codec_head, h), "%s", kTalkerLogits);
 }
 
 }  // namespace

@@ -21,8 +21,12 @@ ggml_tensor * input(ggml_tensor * t, const char * name) {
     return ggml_set_name(t, name);
 }
 
+ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    return ggml_mul_mat(ctx, w, x);
+}
+
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) {
-    ggml_tensor * y = ggml_mul_mat(ctx, w, x);
+    ggml_tensor * y = matmul(ctx, w, x);
     return b ? ggml_add(ctx, y, b) : y;
 }
 

@@ -21,6 +21,10 @@ ggml_tensor * named(ggml_tensor * t, const char * fmt, ...)
 // A graph input named `name`, filled after allocation with set_input.
 ggml_tensor * input(ggml_tensor * t, const char * name);
 
+// W x for a weight matrix W [in, out] (any stored type) and activations x [in, n]: the one
+// place a network multiplies by its weights, so that faster kernels can take over.
+ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
+
 // y = W x (+ b); W in ggml order [in, out], x [in, n].
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b = nullptr);
 

@@ -119,7 +119,7 @@ struct LayerBuilder {
 
     // QWEN3 weights are ggml matrices; the codecs' are single-tap conv-GEMM panels
     ggml_tensor * mat(ggml_tensor * x, ggml_tensor * w) const {
-        if (t.style == LayerStyle::QWEN3) return ggml_mul_mat(ctx, w, x);
+        if (t.style == LayerStyle::QWEN3) return matmul(ctx, w, x);
         return conv_gemm(ctx, x, w, x->ne[1], nullptr, nullptr);
     }
 
