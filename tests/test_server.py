@@ -168,6 +168,7 @@ BAD = [
     ({"model": MODEL, "input": "", "voice": "ryan"}, "input", 400),
     ({"model": MODEL, "input": "   ", "voice": "ryan"}, "input", 400),
     ({"model": MODEL, "input": "x" * 4097, "voice": "ryan"}, "input", 400),       # over the limit
+    (b'{"model": "%s", "input": "\\ud800", "voice": "ryan"}' % MODEL.encode(), "input", 400),  # lone surrogate
     ({"model": MODEL, "input": "Hi.", "voice": "nobody"}, "voice", 400),
     ({"model": MODEL, "input": "Hi."}, "voice", 400),
     ({"model": "nope", "input": "Hi.", "voice": "ryan"}, "model", 404),
@@ -198,6 +199,13 @@ def test_bad_requests_are_4xx_naming_the_field(server: LiveServer, body: object,
     assert err["param"] == param, err
     if param is not None:
         assert param in err["message"] or param == "model", err
+
+
+def test_body_over_the_limit_is_413(server: LiveServer) -> None:
+    body = b'{"model": "' + b"x" * (30 << 20) + b'"}'
+    r = httpx.post(f"{server.url}/v1/audio/speech", content=body, timeout=60,
+                   headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
 
 
 def test_openai_client_raises_bad_request(client: openai.OpenAI) -> None:

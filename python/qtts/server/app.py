@@ -16,18 +16,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import QttsError
 from ..runtime.scheduler import Scheduler
-from .errors import ApiError, install
+from .errors import ApiError, error_response, install
 from .metrics import CONTENT_TYPE, Metrics, route_of
 from .schemas import SpeechRequest, model_list
 from .speech import MAX_UPLOAD_BYTES, Served, speech, upload_file
 from .voices import VoiceStore, check_id
 
 SHUTDOWN_CANCEL_TIMEOUT_S = 10.0
+# A request body holds at most a base64 reference clip (MAX_UPLOAD_BYTES * 4/3) and the input.
+MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 3 // 2
 
 
 class _CountRequests:
     """Counts every response by route template and status (pure ASGI, so streaming responses
-    are counted when they start, not buffered)."""
+    are counted when they start, not buffered), and refuses a body over the limit."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
@@ -42,7 +44,22 @@ class _CountRequests:
                 self.metrics.count(route_of(scope), int(message["status"]))
             await send(message)
 
-        await self.app(scope, receive, counted)
+        too_large = ApiError(413, f"the request body is over {MAX_BODY_BYTES >> 20} MiB", code="too_large")
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            await error_response(too_large)(scope, receive, counted)
+            return
+        received = 0
+
+        async def limited() -> Message:  # a chunked body declares no length
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > MAX_BODY_BYTES:
+                raise too_large
+            return message
+
+        await self.app(scope, limited, counted)
 
 
 def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None, api_key: str | None = None,
