@@ -2,6 +2,8 @@
 `voice` without them); the audio equals Model.synthesize with that instruct and seed."""
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -47,3 +49,23 @@ def test_description_from_instructions_or_voice(server: LiveServer, design_path:
     r = httpx.post(f"{server.url}/v1/audio/voices", files={"audio": ("a.wav", b"RIFF", "audio/wav")},
                    data={"x_vector_only": "true"}, timeout=30)
     assert r.status_code == 400 and "base model" in r.json()["error"]["message"]
+
+
+def test_shutdown_cancels_what_outlasts_the_timeout(design_path: Path, tmp_path: Path) -> None:
+    """SIGINT with a long stream in flight and --shutdown-timeout 1: the stream is cancelled
+    (its body ends), the server exits 0 within seconds and logs no error."""
+    s = start_server(design_path, tmp_path / "serve.log", "--shutdown-timeout", "1")
+    body = {"model": MODEL, "input": "A sentence that goes on for quite a while, again. " * 60,
+            "instructions": DESCRIPTION, "response_format": "pcm", "stream_format": "audio", "seed": 1,
+            "max_new_tokens": 4000}
+    with httpx.stream("POST", f"{s.url}/v1/audio/speech", json=body, timeout=60) as r:
+        parts = r.iter_bytes()
+        received = len(next(parts))
+        t0 = time.monotonic()
+        s.process.send_signal(signal.SIGINT)
+        received += sum(len(p) for p in parts)
+    assert s.process.wait(30) == 0  # not stop(): a second SIGINT forces uvicorn out
+    assert time.monotonic() - t0 < 15
+    assert received > 0
+    log = s.log.read_text()
+    assert "Traceback" not in log and "ERROR" not in log, log

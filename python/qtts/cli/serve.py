@@ -3,22 +3,30 @@ uvicorn; needs the `qtts[server]` extra (docs/architecture.md, "Server")."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ipaddress
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from .args import checked, threads as threads_arg
 from .common import load_model
 
-GRACEFUL_SHUTDOWN_S = 30  # in-flight responses may finish for this long after SIGINT/SIGTERM
+FORCE_AFTER_S = 10  # after --shutdown-timeout, uvicorn cancels what still runs (nothing, normally)
 
 
 def _int_in(name: str, lo: int, hi: int) -> Any:
     from ..runtime.config import check_int
 
     return checked(int, lambda v: check_int(name, v, lo, hi))
+
+
+def _grace(value: float) -> float:
+    if not 0 <= value <= 3600:
+        raise ValueError(f"shutdown-timeout must be in [0, 3600] seconds, got {value}")
+    return value
 
 
 def add_parser(sub: Any) -> None:
@@ -38,6 +46,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--voices", metavar="DIR", help="folder of saved voices (POST /v1/audio/voices); kept across "
                                                    "restarts (default: in memory only)")
     p.add_argument("--model-name", help="the model id clients send and /v1/models lists (default: the file name)")
+    p.add_argument("--shutdown-timeout", type=checked(float, _grace), default=30.0, metavar="SECONDS",
+                   help="on SIGINT/SIGTERM, let requests in flight finish for this long, then cancel them "
+                        "(default: 30)")
     p.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     p.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
@@ -69,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.voices is not None and Path(args.voices).exists() and not Path(args.voices).is_dir():
         raise NotADirectoryError(f"--voices {args.voices}: not a folder")
     if args.api_key is not None and not args.api_key.strip():
-        raise ValueError("--api-key is empty")
+        raise ValueError("--api-key (or $QTTS_API_KEY) is empty")
     if not _is_loopback(args.host) and args.api_key is None:
         print(f"qtts-cli serve: warning: listening on {args.host} without --api-key: anyone who can reach "
               "this address can use the server", file=sys.stderr)
@@ -77,7 +88,31 @@ def run(args: argparse.Namespace) -> int:
     scheduler = Scheduler(model, max_batch=args.max_batch, max_queue=args.max_queue)
     app = create_app(model, scheduler, model_id=_model_id(model, args), api_key=args.api_key,
                      voices_dir=args.voices)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
-                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
+                            timeout_graceful_shutdown=args.shutdown_timeout + FORCE_AFTER_S)
+    _serve(config, scheduler, args.shutdown_timeout)
     scheduler.close(cancel=True)
     return 0
+
+
+def _serve(config: Any, scheduler: Any, grace_s: float) -> None:
+    """uvicorn's server, whose shutdown cancels the jobs still running after `grace_s`: their
+    responses then end by themselves (a stream's body closes, a waiting request gets 503) before
+    uvicorn would cancel the request tasks."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, *args: Any, **kwargs: Any) -> None:
+            def cancel_jobs() -> None:  # close() joins the worker: not on the event loop
+                threading.Thread(target=scheduler.close, kwargs={"cancel": True}, daemon=True).start()
+
+            timer = asyncio.get_running_loop().call_later(grace_s, cancel_jobs)
+            try:
+                await super().shutdown(*args, **kwargs)
+            finally:
+                timer.cancel()
+
+    try:
+        Server(config).run()
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on (as uvicorn.run, exit 0)
+        pass

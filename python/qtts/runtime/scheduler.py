@@ -198,12 +198,10 @@ class Scheduler:
     def close(self, *, cancel: bool = False, timeout: float | None = None) -> None:
         with self._lock:
             self._closing = True
-            if cancel:
-                for job in [*self._queue, *([self._current] if self._current else [])]:
-                    job.cancel()
-                if self._current is not None:
-                    self.model.cancel()
+            doomed = [*self._queue, *([self._current] if self._current else [])] if cancel else []
             self._wake.notify()
+        for job in doomed:
+            job.cancel()  # takes the lock itself
         self._worker.join(timeout)
 
     def __enter__(self) -> Scheduler:

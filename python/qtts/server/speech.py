@@ -67,7 +67,9 @@ def _job_args(served: Served, body: SpeechRequest) -> dict[str, Any]:
     """The request's voice and settings as Model.stream's keyword arguments."""
     model = served.model
     variant = model.variant
-    args: dict[str, Any] = {"language": body.language, "seed": body.seed, **body.sampling()}
+    # long input: sentence pieces streamed one after another, as Model.stream does by default
+    args: dict[str, Any] = {"language": body.language, "seed": body.seed, "split_sentences": "auto",
+                            **body.sampling()}
     cloning = body.ref_audio is not None or body.ref_text is not None or body.x_vector_only_mode
     if variant != "base" and cloning:
         field_name = "ref_audio" if body.ref_audio is not None else "ref_text" if body.ref_text else "x_vector_only_mode"
