@@ -11,10 +11,10 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 from starlette.concurrency import run_in_threadpool
@@ -72,7 +72,8 @@ def _job_args(served: Served, body: SpeechRequest) -> dict[str, Any]:
                             **body.sampling()}
     cloning = body.ref_audio is not None or body.ref_text is not None or body.x_vector_only_mode
     if variant != "base" and cloning:
-        field_name = "ref_audio" if body.ref_audio is not None else "ref_text" if body.ref_text else "x_vector_only_mode"
+        field_name = ("ref_audio" if body.ref_audio is not None else "ref_text" if body.ref_text is not None
+                      else "x_vector_only_mode")
         raise ApiError(400, f"{field_name} is for base models (voice cloning); this model is {variant}",
                        param=field_name, code="invalid_value")
     if variant == "custom_voice":
@@ -91,9 +92,7 @@ def _job_args(served: Served, body: SpeechRequest) -> dict[str, Any]:
     else:
         if body.instructions:
             raise ApiError(400, "base models take no instructions", param="instructions", code="invalid_value")
-        if body.ref_audio is not None:
-            args.update(ref_text=body.ref_text, x_vector_only_mode=body.x_vector_only_mode)
-        else:
+        if body.ref_audio is None:
             if body.ref_text is not None or body.x_vector_only_mode:
                 raise ApiError(400, "ref_text and x_vector_only_mode go with ref_audio", param="ref_audio")
             voice = served.voices.get(body.voice or "")
@@ -118,10 +117,11 @@ def _submit(served: Served, body: SpeechRequest, args: dict[str, Any]) -> Job:
     """Submit in a worker thread (validation and voice cloning take the model's time), mapping
     the scheduler's refusals to HTTP statuses."""
     try:
-        if body.ref_audio is None:
-            return served.scheduler.submit(body.input, **args)
-        with upload_file(_decode_base64(body.ref_audio, "ref_audio")) as path:
-            return served.scheduler.submit(body.input, ref_audio=path, **args)
+        if body.ref_audio is not None:  # cloned here, so the clip's file is gone before the job runs
+            with upload_file(_decode_base64(body.ref_audio, "ref_audio")) as path:
+                args["voice"] = served.model.create_voice(path, body.ref_text,
+                                                          x_vector_only_mode=body.x_vector_only_mode)
+        return served.scheduler.submit(body.input, **args)
     except QueueFull as e:
         raise ApiError(429, str(e), type="rate_limit_error", code="queue_full", headers={"Retry-After": "1"}) from None
     except SchedulerClosed as e:
@@ -196,7 +196,8 @@ async def _sse_events(tracked: _Tracked, audio: AsyncIterator[bytes], input_toke
     except QttsError as e:
         yield _sse({"type": "error", **error_body(f"the engine failed: {e}", "server_error", None, "engine_error")})
         return
-    usage = {"input_tokens": input_tokens, "output_tokens": tracked.frames, "total_tokens": input_tokens + tracked.frames}
+    frames = tracked.frames
+    usage = {"input_tokens": input_tokens, "output_tokens": frames, "total_tokens": input_tokens + frames}
     yield _sse({"type": "speech.audio.done", "usage": usage})
 
 
