@@ -170,6 +170,7 @@ BAD = [
     ({"model": MODEL, "input": "x" * 4097, "voice": "ryan"}, "input", 400),       # over the limit
     (b'{"model": "%s", "input": "\\ud800", "voice": "ryan"}' % MODEL.encode(), "input", 400),  # lone surrogate
     ({"model": MODEL, "input": "Hi.", "voice": "nobody"}, "voice", 400),
+    ({"model": MODEL, "input": "Hi.", "voice": "ryan", "instructions": "x" * 4097}, "instructions", 400),
     ({"model": MODEL, "input": "Hi."}, "voice", 400),
     ({"model": "nope", "input": "Hi.", "voice": "ryan"}, "model", 404),
     ({"model": MODEL, "input": "Hi.", "voice": "ryan", "response_format": "ogg"}, "response_format", 400),

@@ -52,6 +52,7 @@ def voices_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def state(base_path: Path, voices_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, LiveServer]:
     """The running server (replaced by the restart test)."""
+    (voices_dir / "broken.qvoice").write_bytes(b"not a voice file")  # skipped at start, never listed
     log = tmp_path_factory.mktemp("server") / "serve.log"
     holder = {"server": start_server(base_path, log, "--voices", str(voices_dir))}
     yield holder

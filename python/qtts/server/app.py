@@ -18,7 +18,7 @@ from ..errors import QttsError
 from ..runtime.scheduler import Scheduler
 from .errors import ApiError, error_response, install
 from .metrics import CONTENT_TYPE, Metrics, route_of
-from .schemas import SpeechRequest, model_list
+from .schemas import MAX_INPUT_CHARS, SpeechRequest, model_list
 from .speech import MAX_UPLOAD_BYTES, Served, speech, upload_file
 from .voices import VoiceStore, check_id
 
@@ -118,7 +118,8 @@ def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None,
         return {"object": "list", "data": builtin + saved}
 
     @app.post("/v1/audio/voices", dependencies=auth)
-    async def create_voice(audio: UploadFile = File(...), transcript: str | None = Form(None),
+    async def create_voice(audio: UploadFile = File(...),
+                           transcript: str | None = Form(None, max_length=MAX_INPUT_CHARS),
                            name: str | None = Form(None), x_vector_only: bool = Form(False)) -> dict[str, Any]:
         if model.variant != "base":
             raise ApiError(400, f"voice cloning needs a base model; this one is {model.variant}", param="audio",

@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MAX_INPUT_CHARS = 4096  # OpenAI's limit; longer text is split into sentences anyway (runtime/text.py)
+# OpenAI's limit for input; also the bound of the other texts that become prompt tokens
+# (instructions, a description in voice, ref_text). Longer input is split into sentences anyway.
+MAX_INPUT_CHARS = 4096
 SEED_LIMIT = 2**64
 
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
@@ -25,8 +27,8 @@ class SpeechRequest(BaseModel):
 
     model: str = Field(min_length=1)
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
-    voice: str | None = None
-    instructions: str | None = None
+    voice: str | None = Field(None, max_length=MAX_INPUT_CHARS)  # a VoiceDesign description may come here
+    instructions: str | None = Field(None, max_length=MAX_INPUT_CHARS)
     response_format: ResponseFormat = "mp3"
     speed: float = Field(1.0, ge=0.25, le=4.0)
     stream_format: StreamFormat | None = None
@@ -44,7 +46,7 @@ class SpeechRequest(BaseModel):
     subtalker_top_p: float | None = None
     max_new_tokens: int | None = None
     ref_audio: str | None = Field(None, description="base64 of a reference clip (WAV, FLAC or OGG)")
-    ref_text: str | None = None
+    ref_text: str | None = Field(None, max_length=MAX_INPUT_CHARS)
     x_vector_only_mode: bool = False
 
     def sampling(self) -> dict[str, Any]:

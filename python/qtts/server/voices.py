@@ -2,6 +2,7 @@
 written atomically, so they survive restarts; without a folder, voices live in memory only."""
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 import threading
@@ -11,6 +12,7 @@ from typing import Any
 from ..runtime.voice import Voice
 from .errors import ApiError
 
+log = logging.getLogger("qtts.server")
 SUFFIX = ".qvoice"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -35,8 +37,8 @@ class VoiceStore:
                     continue
                 try:
                     self._voices[voice_id] = Voice.load(p)
-                except ValueError:
-                    continue  # not a voice file this version reads: listed nowhere, left alone
+                except (ValueError, OSError) as e:  # listed nowhere, left alone
+                    log.warning("skipping %s: %s", p, e)
 
     def get(self, voice_id: str) -> Voice | None:
         with self._lock:
@@ -60,7 +62,11 @@ class VoiceStore:
                 raise ApiError(409, f"a voice named {voice_id!r} exists; delete it first or choose another name",
                                param="name", code="voice_exists")
             if self.root is not None:
-                voice.save(self.root / f"{voice_id}{SUFFIX}")
+                try:
+                    voice.save(self.root / f"{voice_id}{SUFFIX}")
+                except OSError as e:
+                    raise ApiError(500, f"could not save the voice in {self.root}: {e.strerror or e}",
+                                   type="server_error", code="storage_error") from None
             self._voices[voice_id] = voice
             return voice_id
 
@@ -69,5 +75,9 @@ class VoiceStore:
             if voice_id not in self._voices:
                 raise ApiError(404, f"no saved voice {voice_id!r}", param="voice_id", code="voice_not_found")
             if self.root is not None:
-                (self.root / f"{voice_id}{SUFFIX}").unlink(missing_ok=True)
+                try:
+                    (self.root / f"{voice_id}{SUFFIX}").unlink(missing_ok=True)
+                except OSError as e:
+                    raise ApiError(500, f"could not delete the voice file: {e.strerror or e}",
+                                   type="server_error", code="storage_error") from None
             del self._voices[voice_id]
