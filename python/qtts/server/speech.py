@@ -196,6 +196,10 @@ async def _sse_events(tracked: _Tracked, audio: AsyncIterator[bytes], input_toke
     except QttsError as e:
         yield _sse({"type": "error", **error_body(f"the engine failed: {e}", "server_error", None, "engine_error")})
         return
+    if tracked.stop_reason == "cancelled":  # by shutdown (a client that left reads nothing more)
+        yield _sse({"type": "error", **error_body("the request was cancelled: the server is shutting down",
+                                                  "server_error", None, "cancelled")})
+        return
     frames = tracked.frames
     usage = {"input_tokens": input_tokens, "output_tokens": frames, "total_tokens": input_tokens + frames}
     yield _sse({"type": "speech.audio.done", "usage": usage})
