@@ -1,0 +1,153 @@
+"""The ASGI app: routes, the API key check, request metrics and the scheduler's shutdown
+(docs/architecture.md, "Server")."""
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import QttsError
+from ..runtime.scheduler import Scheduler
+from .errors import ApiError, error_response, install
+from .metrics import CONTENT_TYPE, Metrics, route_of
+from .schemas import MAX_INPUT_CHARS, SpeechRequest, model_list
+from .speech import MAX_UPLOAD_BYTES, Served, speech, upload_file
+from .voices import VoiceStore, check_id
+
+SHUTDOWN_CANCEL_TIMEOUT_S = 10.0
+# A request body holds at most a base64 reference clip (MAX_UPLOAD_BYTES * 4/3) and the input.
+MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 3 // 2
+
+
+class _CountRequests:
+    """Counts every response by route template and status (pure ASGI, so streaming responses
+    are counted when they start, not buffered), and refuses a body over the limit."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.count(route_of(scope), int(message["status"]))
+            await send(message)
+
+        too_large = ApiError(413, f"the request body is over {MAX_BODY_BYTES >> 20} MiB", code="too_large")
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            await error_response(too_large)(scope, receive, counted)
+            return
+        received = 0
+
+        async def limited() -> Message:  # a chunked body declares no length
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > MAX_BODY_BYTES:
+                raise too_large
+            return message
+
+        await self.app(scope, limited, counted)
+
+
+def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None, api_key: str | None = None,
+               voices_dir: str | Path | None = None) -> FastAPI:
+    """The server of one loaded model and its scheduler. The app closes the scheduler when it
+    shuts down (in-flight jobs still running then are cancelled). With `api_key`, every route
+    but GET /health needs `Authorization: Bearer <api_key>`."""
+    served = Served(model, scheduler, VoiceStore(Path(voices_dir) if voices_dir is not None else None),
+                    model_id or model.path.stem)
+    metrics = Metrics(scheduler)
+    served.on_first_audio = metrics.ttfa.observe
+    created = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        # uvicorn has let in-flight responses finish (or cancelled them at its graceful timeout)
+        await run_in_threadpool(lambda: scheduler.close(cancel=True, timeout=SHUTDOWN_CANCEL_TIMEOUT_S))
+
+    async def authorized(request: Request) -> None:
+        if api_key is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
+            raise ApiError(401, "missing or incorrect API key: send Authorization: Bearer <key>",
+                           code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+    app = FastAPI(title="qtts", summary="OpenAI-compatible text to speech with Qwen3-TTS on ggml",
+                  lifespan=lifespan)
+    install(app)
+    app.add_middleware(_CountRequests, metrics=metrics)
+    auth = [Depends(authorized)]
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        s = scheduler.stats
+        return {"status": "ok", "model": served.model_id, "variant": model.variant, "running": s.running,
+                "queued": s.queued}
+
+    @app.get("/metrics", dependencies=auth)
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/v1/models", dependencies=auth)
+    async def models() -> dict[str, Any]:
+        return model_list(served.model_id, created)
+
+    @app.post("/v1/audio/speech", dependencies=auth)
+    async def create_speech(body: SpeechRequest, request: Request) -> Response:
+        return await speech(served, body, request.receive)
+
+    @app.get("/v1/audio/voices", dependencies=auth)
+    async def list_voices() -> dict[str, Any]:
+        builtin = [{"id": name, "object": "voice", "type": "builtin"} for name in model.speakers]
+        saved = [served.voices.describe(v) for v in served.voices.ids()]
+        return {"object": "list", "data": builtin + saved}
+
+    @app.post("/v1/audio/voices", dependencies=auth)
+    async def create_voice(audio: UploadFile = File(...),
+                           transcript: str | None = Form(None, max_length=MAX_INPUT_CHARS),
+                           name: str | None = Form(None), x_vector_only: bool = Form(False)) -> dict[str, Any]:
+        if model.variant != "base":
+            raise ApiError(400, f"voice cloning needs a base model; this one is {model.variant}", param="audio",
+                           code="invalid_value")
+        voice_id = check_id(name) if name is not None else None
+        if voice_id is not None and voice_id in model.speakers:
+            raise ApiError(409, f"{voice_id!r} is a built-in speaker", param="name", code="voice_exists")
+        data = await audio.read(MAX_UPLOAD_BYTES + 1)
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise ApiError(413, f"audio is over {MAX_UPLOAD_BYTES >> 20} MiB", param="audio", code="too_large")
+
+        def clone() -> Any:
+            with upload_file(data) as path:
+                return model.create_voice(path, transcript, x_vector_only_mode=x_vector_only)
+
+        try:
+            voice = await run_in_threadpool(clone)
+        except QttsError as e:
+            raise ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error") from None
+        except (TypeError, ValueError) as e:
+            param = "transcript" if "ref_text" in str(e) else "audio"  # the only two the checks can mean
+            raise ApiError(400, str(e), param=param, code="invalid_value") from None
+        voice_id = await run_in_threadpool(served.voices.add, voice, voice_id)
+        return served.voices.describe(voice_id)
+
+    @app.delete("/v1/audio/voices/{voice_id}", dependencies=auth)
+    async def delete_voice(voice_id: str) -> JSONResponse:
+        await run_in_threadpool(served.voices.delete, voice_id)
+        return JSONResponse({"id": voice_id, "object": "voice", "deleted": True})
+
+    return app
