@@ -10,8 +10,8 @@ Q6_K weights quantized by ggml and dequantized by gguf-py:
 * matmul() routes host weights to it on the native path and to ggml's mul_mat on the ggml path;
 * bad arguments get a ValueError naming them.
 
-Shapes: N = 37 rows (not a multiple of the 4-row tile or of the thread count), an odd number of
-Q8_0 blocks (the AVX-512 kernel pairs them), M across the 4-column tiles and the 32-column groups.
+Shapes: N = 37 rows (not a multiple of the row tiles or of the thread count), Q8_0 rows of 45
+blocks (the AVX-512 kernel takes 16 at a time), M across the 4-column tiles and the 32-column groups.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from qtts._native import core
 
 ops = core.ops
 PATHS: list[str] = ops.simd_paths()
-TYPES = {"q8_0": (QT.Q8_0, 32, 13 * 32), "q4_k": (QT.Q4_K, 256, 3 * 256), "q6_k": (QT.Q6_K, 256, 3 * 256)}
+TYPES = {"q8_0": (QT.Q8_0, 32, 45 * 32), "q4_k": (QT.Q4_K, 256, 3 * 256), "q6_k": (QT.Q6_K, 256, 3 * 256)}
 N = 37
 COLUMNS = (1, 2, 3, 5, 8, 17, 40)
 U32 = 2.0 ** -24

@@ -59,7 +59,7 @@ int block_sum(const int8_t * q, int n) {
 size_t column_bytes(Format f, Kernel k, int64_t K) {
     if (f == Format::q8_0) {
         const int64_t nb = K / 32;
-        return k == Kernel::vnni ? static_cast<size_t>((nb + 1) / 2) * 192 : round_line(K + 4 * nb);
+        return k == Kernel::vnni ? static_cast<size_t>((nb + 15) / 16) * 640 : round_line(K + 4 * nb);
     }
     return round_line(K + 36 * (K / 256));
 }
@@ -68,15 +68,15 @@ void quantize_column(Format f, Kernel k, const float * x, int64_t K, uint8_t * o
     if (f == Format::q8_0) {
         const int64_t nb = K / 32;
         if (k == Kernel::vnni) {
-            const int64_t np = (nb + 1) / 2;
             std::memset(out, 0, column_bytes(f, k, K));
-            auto * bias = reinterpret_cast<int32_t *>(out + np * 64);
-            auto * dx = reinterpret_cast<float *>(out + np * 128);
             for (int64_t j = 0; j < nb; ++j) {
-                auto * q = reinterpret_cast<int8_t *>(out + 32 * j);
+                uint8_t * group = out + 640 * (j / 16);
+                const int64_t b = j % 16;
+                int8_t q[32];
                 const float d = quantize_block(x + 32 * j, 32, q);
-                bias[8 * j] = -128 * block_sum(q, 32);  // pair p = j / 2, half j % 2: lane 16p + 8(j%2)
-                for (int l = 0; l < 8; ++l) dx[8 * j + l] = d;
+                for (int g = 0; g < 8; ++g) std::memcpy(group + 64 * g + 4 * b, q + 4 * g, 4);
+                reinterpret_cast<int32_t *>(group + 512)[b] = -128 * block_sum(q, 32);
+                reinterpret_cast<float *>(group + 576)[b] = d;
             }
             return;
         }

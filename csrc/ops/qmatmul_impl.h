@@ -30,10 +30,10 @@ enum class Kernel { scalar, avx2, vnni };
 
 // Quantized activation columns, one per column of x, each starting on a 64-byte line:
 //   Q8_0, scalar/avx2: int8 q[K], float d[K/32]
-//   Q8_0, vnni: per pair of blocks (a last odd block padded with zeros) 64 q bytes, 16 int32
-//     (lane 0 of each half: -128 * the block's sum of q, so that vpdpbusd over weights + 128
-//     starts from it) and 16 floats (the two block scales, 8 lanes each); all the q first, then
-//     the int32, then the floats
+//   Q8_0, vnni: per group of 16 blocks (a last group padded with zero blocks) 640 bytes: 8 x 64
+//     q bytes, vector g holding bytes 4g..4g+3 of each block (the weights' transposed order),
+//     16 int32 (-128 * each block's sum of q, where vpdpbusd over weights + 128 starts) and the
+//     16 block scales
 //   K-quants: int8 q[K], float d[K/256], int16 sums[K/256][16]: per 32 values (Q4_K, 8 used)
 //     or per 16 (Q6_K). The vnni Q4_K kernel reads q in the order of its nibble unpacking: per
 //     256-block the sub-blocks of 32 as 0 2 1 3 4 6 5 7.

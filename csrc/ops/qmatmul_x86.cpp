@@ -93,44 +93,98 @@ template <int R, int C> struct Q8Avx2 {
     }
 };
 
-// Q8_0, VNNI: two blocks per 512-bit vector; the weights + 128 (xor 0x80) are unsigned for
-// vpdpbusd, which starts from the column's -128 * block sums (qmatmul_impl.h), so the integer
-// sums are exact. A last odd block has zero activations and scales in its upper half.
+// Q8_0, VNNI, 16 blocks at a time: the weights are transposed in registers so that int32 lane
+// i of vpdpbusd sums block i only, and each (row, column) takes one float multiply-add per 16
+// blocks, not per block. The weights + 128 (xor 0x80) are unsigned for vpdpbusd, which starts
+// from the column's -128 * block sums (qmatmul_impl.h), so the integer sums are exact.
+
+// Index vectors of the 3-stage transpose (load_transposed): block i = (i3 i2 i1 i0) and its
+// dword g = (g2 g1 g0) go from vector (i3 i2 i1), lane (i0 g2 g1 g0) to vector g, lane i, one
+// bit pair exchanged per stage of two-source permutes.
+struct TransposeIndex {
+    alignas(64) int32_t a[2][16], b[2][16], c[2][16];
+    constexpr TransposeIndex() : a(), b(), c() {
+        for (int hi = 0; hi < 2; ++hi) {
+            for (int j = 0; j < 16; ++j) {
+                const int x3 = j >> 3 & 1, x2 = j >> 2 & 1, x1 = j >> 1 & 1, x0 = j & 1;
+                a[hi][j] = x3 << 4 | (x2 * 8 + hi * 4 + x1 * 2 + x0);  // lane (i3 i0 g1 g0)
+                b[hi][j] = x2 << 4 | (x3 * 8 + x1 * 4 + hi * 2 + x0);  // lane (i3 i2 i0 g0)
+                c[hi][j] = x1 << 4 | (x3 * 8 + x2 * 4 + x0 * 2 + hi);  // lane (i3 i2 i1 i0)
+            }
+        }
+    }
+};
+constexpr TransposeIndex kTranspose;
+
+// 16 blocks (34 bytes apart) as 8 vectors, vector g holding dword g of each block, + 128; and
+// their 16 scales.
+QTTS_QMM_VNNI inline void load_transposed(const uint8_t * blocks, __m512i v[8], __m512 & scales) {
+    __m512i z[8], a[8], b[8];
+    for (int k = 0; k < 8; ++k) {
+        const auto * p0 = reinterpret_cast<const __m256i *>(blocks + 34 * (2 * k) + 2);
+        const auto * p1 = reinterpret_cast<const __m256i *>(blocks + 34 * (2 * k + 1) + 2);
+        z[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(p0)), _mm256_loadu_si256(p1), 1);
+    }
+    for (int h = 0; h < 2; ++h) {
+        const __m512i ia = _mm512_load_si512(kTranspose.a[h]);
+        for (int k = 0; k < 4; ++k) a[4 * h + k] = _mm512_permutex2var_epi32(z[k], ia, z[4 + k]);
+    }
+    for (int h = 0; h < 2; ++h) {
+        const __m512i ib = _mm512_load_si512(kTranspose.b[h]);
+        for (int g2 = 0; g2 < 2; ++g2)
+            for (int i1 = 0; i1 < 2; ++i1) b[4 * g2 + 2 * h + i1] = _mm512_permutex2var_epi32(a[4 * g2 + i1], ib, a[4 * g2 + 2 + i1]);
+    }
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int h = 0; h < 2; ++h) {
+        const __m512i ic = _mm512_load_si512(kTranspose.c[h]);
+        for (int k = 0; k < 4; ++k) v[2 * k + h] = _mm512_xor_si512(_mm512_permutex2var_epi32(b[2 * k], ic, b[2 * k + 1]), flip);
+    }
+    // the scales through the integer registers, idle here (a vector gather is far slower)
+    uint64_t h[4];
+    for (int k = 0; k < 4; ++k) {
+        uint64_t v = 0;
+        for (int i = 0; i < 4; ++i) {
+            uint16_t d;
+            __builtin_memcpy(&d, blocks + 34 * (4 * k + i), 2);
+            v |= static_cast<uint64_t>(d) << (16 * i);
+        }
+        h[k] = v;
+    }
+    scales = _mm512_cvtph_ps(_mm256_set_epi64x(static_cast<long long>(h[3]), static_cast<long long>(h[2]),
+                                               static_cast<long long>(h[1]), static_cast<long long>(h[0])));
+}
+
 template <int R, int C> struct Q8Vnni {
     QTTS_QMM_VNNI static void run(const Task & t, int64_t n, int64_t m) {
-        const int64_t nb = t.K / 32, np = (nb + 1) / 2;
-        const BlockQ8_0 * w[R];
+        const int64_t nb = t.K / 32, ng = (nb + 15) / 16;
+        const uint8_t * w[R];
         const uint8_t * x[C];
-        for (int r = 0; r < R; ++r) w[r] = row<BlockQ8_0>(t, n + r);
+        for (int r = 0; r < R; ++r) w[r] = t.w + (n + r) * t.wrow;
         for (int c = 0; c < C; ++c) x[c] = col(t, m + c);
         __m512 acc[R][C];
         for (int r = 0; r < R; ++r)
             for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-        for (int64_t p = 0; p < np; ++p) {
-            const bool pair = 2 * p + 1 < nb;
-            __m512i wv[R];
+        for (int64_t gi = 0; gi < ng; ++gi) {
+            __m512i v[R][8];
             __m512 sw[R];
+            const int64_t have = nb - 16 * gi;
             for (int r = 0; r < R; ++r) {
-                const BlockQ8_0 * b = w[r] + 2 * p;
-                const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b[0].qs));
-                const __m256 s0 = _mm256_set1_ps(_cvtsh_ss(b[0].d));
-                if (pair) {
-                    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b[1].qs));
-                    wv[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                    sw[r] = _mm512_insertf32x8(_mm512_castps256_ps512(s0), _mm256_set1_ps(_cvtsh_ss(b[1].d)), 1);
-                } else {
-                    wv[r] = _mm512_zextsi256_si512(lo);
-                    sw[r] = _mm512_zextps256_ps512(s0);
+                const uint8_t * src = w[r] + 16 * 34 * gi;
+                alignas(64) uint8_t part[16 * 34];
+                if (have < 16) {  // a last group of fewer blocks: zeros after them, never read past the row
+                    __builtin_memset(part, 0, sizeof part);
+                    __builtin_memcpy(part, src, static_cast<size_t>(have) * 34);
+                    src = part;
                 }
-                wv[r] = _mm512_xor_si512(wv[r], flip);
+                load_transposed(src, v[r], sw[r]);
             }
             for (int c = 0; c < C; ++c) {
-                const __m512i xq = _mm512_load_si512(x[c] + 64 * p);
-                const __m512i bias = _mm512_load_si512(x[c] + 64 * (np + p));
-                const __m512 dx = _mm512_load_ps(x[c] + 64 * (2 * np + p));
+                const uint8_t * xg = x[c] + 640 * gi;
+                const __m512i bias = _mm512_load_si512(xg + 512);
+                const __m512 dx = _mm512_load_ps(xg + 576);
                 for (int r = 0; r < R; ++r) {
-                    const __m512i s = _mm512_dpbusd_epi32(bias, wv[r], xq);
+                    __m512i s = bias;
+                    for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, v[r][g], _mm512_load_si512(xg + 64 * g));
                     acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sw[r], dx), acc[r][c]);
                 }
             }
@@ -277,7 +331,7 @@ template <int R, int C> struct Q6kVnni {
 }  // namespace
 
 void q8_0_avx2(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<2, 2, Q8Avx2>(t, n0, n1, m0, m1); }
-void q8_0_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<4, 4, Q8Vnni>(t, n0, n1, m0, m1); }
+void q8_0_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<2, 4, Q8Vnni>(t, n0, n1, m0, m1); }
 void q4_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q4kVnni>(t, n0, n1, m0, m1); }
 void q6_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q6kVnni>(t, n0, n1, m0, m1); }
 
