@@ -59,8 +59,9 @@ void check_threads(int n_threads) {
 // A one-op graph: inputs are declared (numpy order), then the op, then run() computes it.
 class OneOp {
 public:
-    OneOp() {
-        ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, /*no_alloc=*/true};
+    explicit OneOp(size_t n_inputs = 8) {
+        ggml_init_params ip = {ggml_tensor_overhead() * (2 * n_inputs + 8) + ggml_graph_overhead(), nullptr,
+                               /*no_alloc=*/true};
         ctx_ = ggml_init(ip);
         cpu_ = ggml_backend_cpu_init();
         if (!ctx_ || !cpu_) engine_fail(log_, "could not initialise the CPU backend");
@@ -109,9 +110,10 @@ public:
         bufs_.push_back(b);
     }
 
-    // Seconds per computation of `out`, `repeats` times after one warm-up run.
-    std::vector<double> time(ggml_tensor * out, int n_threads, int repeats) {
-        ggml_cgraph * gf = prepare(out, n_threads);
+    // Seconds per computation of `outs`, `repeats` times after one warm-up run.
+    std::vector<double> time(const std::vector<ggml_tensor *> & outs, int n_threads, int repeats) {
+        ggml_cgraph * gf = prepare(outs.front(), n_threads);
+        for (ggml_tensor * o : outs) ggml_build_forward_expand(gf, o);
         compute(gf);
         std::vector<double> s;
         for (int i = 0; i < repeats; ++i) {
@@ -229,9 +231,10 @@ ggml_type weight_type(const std::string & name) {
 }
 
 // The one-op graph of matmul() (graph.h: the quantized matmul or ggml's mul_mat, as the matmul
-// path says) for quantized rows w [N, row bytes] and x [M, K].
-ggml_tensor * matmul_graph(OneOp & op, const Bytes & w, const std::string & type_name, const Floats & x,
-                           bool direct = false) {
+// path says) for quantized rows w [N, row bytes] and x [M, K]; `copies` > 1 multiplies as many
+// copies of w (so that a benchmark's weights come from memory, not from the cache).
+std::vector<ggml_tensor *> matmul_graph(OneOp & op, const Bytes & w, const std::string & type_name, const Floats & x,
+                                        bool direct = false, int copies = 1) {
     const ggml_type type = weight_type(type_name);
     const int64_t K = shape(x, "x", {-1, -1})[1], block = ggml_blck_size(type);
     if (K % block != 0) {
@@ -242,23 +245,28 @@ ggml_tensor * matmul_graph(OneOp & op, const Bytes & w, const std::string & type
         throw Error(format("w must be [N, %zu] bytes (%s rows of K = %lld values)", ggml_row_size(type, K),
                            type_name.c_str(), static_cast<long long>(K)));
     }
-    ggml_tensor * wt = op.input_raw(type, K, w.shape(0), w);
+    std::vector<ggml_tensor *> ws;
+    for (int i = 0; i < copies; ++i) ws.push_back(op.input_raw(type, K, w.shape(0), w));
     ggml_tensor * xt = op.input(x, {x.shape(0), K});
     op.allocate();
-    return direct ? qmatmul(op.ctx(), wt, xt) : matmul(op.ctx(), wt, xt);
+    std::vector<ggml_tensor *> outs;
+    for (ggml_tensor * wt : ws) outs.push_back(direct ? qmatmul(op.ctx(), wt, xt) : matmul(op.ctx(), wt, xt));
+    return outs;
 }
 
 py::array_t<float> run_matmul(const Bytes & w, const std::string & type, const Floats & x, int n_threads, bool direct) {
     check_threads(n_threads);
     OneOp op;
-    return op.run(matmul_graph(op, w, type, x, direct), n_threads);
+    return op.run(matmul_graph(op, w, type, x, direct).front(), n_threads);
 }
 
-std::vector<double> time_matmul(const Bytes & w, const std::string & type, const Floats & x, int n_threads, int repeats) {
+std::vector<double> time_matmul(const Bytes & w, const std::string & type, const Floats & x, int n_threads, int repeats,
+                                int copies) {
     check_threads(n_threads);
     if (repeats < 1) throw Error(format("repeats must be at least 1, got %d", repeats));
-    OneOp op;
-    return op.time(matmul_graph(op, w, type, x), n_threads, repeats);
+    if (copies < 1 || copies > 1024) throw Error(format("copies must be between 1 and 1024, got %d", copies));
+    OneOp op(copies + 2);
+    return op.time(matmul_graph(op, w, type, x, false, copies), n_threads, repeats);
 }
 
 }  // namespace
@@ -306,8 +314,9 @@ void qtts::bind_ops(py::module_ & mod) {
         py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(), py::arg("n_threads") = 1,
         "As matmul, always through the quantized matmul's kernel for the SIMD path in effect.");
     m.def("time_matmul", &time_matmul, py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(),
-          py::arg("n_threads") = 1, py::arg("repeats") = 10,
-          "Seconds per matmul(w, type, x) computation, `repeats` times after a warm-up run (benchmarks).");
+          py::arg("n_threads") = 1, py::arg("repeats") = 10, py::arg("copies") = 1,
+          "Seconds per computation of matmul(w, type, x) over `copies` copies of w, `repeats` times after a "
+          "warm-up run (benchmarks).");
     m.def("get_matmul_path", []() { return std::string(matmul_path() == MatmulPath::ggml ? "ggml" : "native"); },
           "The kernels graphs are built with: 'native' (the quantized matmul where it applies) or 'ggml'.");
     m.def(

@@ -33,6 +33,10 @@ void columns(const Task & t, int64_t n, int64_t m0, int64_t m1) {
     int64_t m = m0;
     for (; m + CMAX <= m1; m += CMAX) Tile<R, CMAX>::run(t, n, m);
     switch (m1 - m) {
+        case 7: if constexpr (CMAX > 7) Tile<R, 7>::run(t, n, m); break;
+        case 6: if constexpr (CMAX > 6) Tile<R, 6>::run(t, n, m); break;
+        case 5: if constexpr (CMAX > 5) Tile<R, 5>::run(t, n, m); break;
+        case 4: if constexpr (CMAX > 4) Tile<R, 4>::run(t, n, m); break;
         case 3: if constexpr (CMAX > 3) Tile<R, 3>::run(t, n, m); break;
         case 2: if constexpr (CMAX > 2) Tile<R, 2>::run(t, n, m); break;
         case 1: Tile<R, 1>::run(t, n, m); break;
@@ -331,7 +335,7 @@ template <int R, int C> struct Q6kVnni {
 }  // namespace
 
 void q8_0_avx2(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<2, 2, Q8Avx2>(t, n0, n1, m0, m1); }
-void q8_0_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<2, 4, Q8Vnni>(t, n0, n1, m0, m1); }
+void q8_0_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 8, Q8Vnni>(t, n0, n1, m0, m1); }
 void q4_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q4kVnni>(t, n0, n1, m0, m1); }
 void q6_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q6kVnni>(t, n0, n1, m0, m1); }
 
