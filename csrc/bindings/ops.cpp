@@ -2,6 +2,7 @@
 // one-op graph on the CPU backend from numpy arrays and returns the result; arrays are
 // time-major ([T, C] in numpy is ne = [C, T] in ggml), conv weights in the panel layout
 // [N/P, K, Cin, P]. Shapes are checked here, naming the argument, before ggml sees them.
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "ggml.h"
 #include "ops/conv_gemm.h"
 #include "ops/elu_left.h"
+#include "ops/qmatmul.h"
 #include "ops/simd.h"
 #include "ops/snake_beta.h"
 #include "ops/time_stats.h"
@@ -57,14 +59,15 @@ void check_threads(int n_threads) {
 // A one-op graph: inputs are declared (numpy order), then the op, then run() computes it.
 class OneOp {
 public:
-    OneOp() {
-        ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, /*no_alloc=*/true};
+    explicit OneOp(size_t n_inputs = 8) {
+        ggml_init_params ip = {ggml_tensor_overhead() * (2 * n_inputs + 8) + ggml_graph_overhead(), nullptr,
+                               /*no_alloc=*/true};
         ctx_ = ggml_init(ip);
         cpu_ = ggml_backend_cpu_init();
         if (!ctx_ || !cpu_) engine_fail(log_, "could not initialise the CPU backend");
     }
     ~OneOp() {
-        if (buf_) ggml_backend_buffer_free(buf_);
+        for (ggml_backend_buffer_t b : bufs_) ggml_backend_buffer_free(b);
         if (cpu_) ggml_backend_free(cpu_);
         if (ctx_) ggml_free(ctx_);
     }
@@ -82,33 +85,69 @@ public:
         return t;
     }
 
+    // A [ne0, ne1] tensor of `type` filled with the raw bytes of `a` at run().
+    ggml_tensor * input_raw(ggml_type type, int64_t ne0, int64_t ne1, const py::array & a) {
+        ggml_tensor * t = ggml_new_tensor_2d(ctx_, type, ne0, ne1);
+        inputs_.push_back({t, a});
+        return t;
+    }
+
     // An unfilled tensor of n floats: allocated in order, it shifts the tensors after it.
     void spacer(int64_t n) { ggml_new_tensor_1d(ctx_, GGML_TYPE_F32, n); }
 
     py::array_t<float> run(ggml_tensor * out, int n_threads) {
+        ggml_cgraph * gf = prepare(out, n_threads);
+        compute(gf);
+        py::array_t<float> y({static_cast<py::ssize_t>(out->ne[1]), static_cast<py::ssize_t>(out->ne[0])});
+        ggml_backend_tensor_get(out, y.mutable_data(), 0, ggml_nbytes(out));
+        return y;
+    }
+
+    // Allocate the tensors declared so far (matmul() looks at where its weights live).
+    void allocate() {
+        ggml_backend_buffer_t b = ggml_backend_alloc_ctx_tensors(ctx_, cpu_);
+        if (!b) engine_fail(log_, "could not allocate the op's tensors");
+        bufs_.push_back(b);
+    }
+
+    // Seconds per computation of `outs`, `repeats` times after one warm-up run.
+    std::vector<double> time(const std::vector<ggml_tensor *> & outs, int n_threads, int repeats) {
+        ggml_cgraph * gf = prepare(outs.front(), n_threads);
+        for (ggml_tensor * o : outs) ggml_build_forward_expand(gf, o);
+        compute(gf);
+        std::vector<double> s;
+        for (int i = 0; i < repeats; ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            compute(gf);
+            s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        return s;
+    }
+
+private:
+    ggml_cgraph * prepare(ggml_tensor * out, int n_threads) {
         ggml_cgraph * gf = ggml_new_graph(ctx_);
         ggml_build_forward_expand(gf, out);
-        buf_ = ggml_backend_alloc_ctx_tensors(ctx_, cpu_);
-        if (!buf_) engine_fail(log_, "could not allocate the op's tensors");
+        allocate();
         for (const auto & in : inputs_) ggml_backend_tensor_set(in.first, in.second.data(), 0, ggml_nbytes(in.first));
         ggml_backend_cpu_set_n_threads(cpu_, n_threads);
+        return gf;
+    }
+
+    void compute(ggml_cgraph * gf) {
         ggml_status status;
         {
             py::gil_scoped_release release;
             status = ggml_backend_graph_compute(cpu_, gf);
         }
         if (status != GGML_STATUS_SUCCESS) engine_fail(log_, "the op's graph failed to compute");
-        py::array_t<float> y({static_cast<py::ssize_t>(out->ne[1]), static_cast<py::ssize_t>(out->ne[0])});
-        ggml_backend_tensor_get(out, y.mutable_data(), 0, ggml_nbytes(out));
-        return y;
     }
 
-private:
     GgmlErrorCapture log_;  // first member: it collects ggml's error lines from the start
     ggml_context * ctx_ = nullptr;
     ggml_backend_t cpu_ = nullptr;
-    ggml_backend_buffer_t buf_ = nullptr;
-    std::vector<std::pair<ggml_tensor *, Floats>> inputs_;
+    std::vector<ggml_backend_buffer_t> bufs_;
+    std::vector<std::pair<ggml_tensor *, py::array>> inputs_;
 };
 
 py::array_t<float> run_conv_gemm(const Floats & xp, const Floats & w, int64_t n, const std::optional<Floats> & bias,
@@ -182,6 +221,54 @@ py::array_t<float> run_time_stats(const Floats & x, const std::optional<Floats> 
     return op.run(time_stats(op.ctx(), xt, lt), n_threads);
 }
 
+using Bytes = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
+
+ggml_type weight_type(const std::string & name) {
+    if (name == "q8_0") return GGML_TYPE_Q8_0;
+    if (name == "q4_k") return GGML_TYPE_Q4_K;
+    if (name == "q6_k") return GGML_TYPE_Q6_K;
+    throw Error(format("type: unknown weight type '%s' (q8_0, q4_k or q6_k)", name.c_str()));
+}
+
+// The one-op graph of matmul() (graph.h: the quantized matmul or ggml's mul_mat, as the matmul
+// path says) for quantized rows w [N, row bytes] and x [M, K]; `copies` > 1 multiplies as many
+// copies of w (so that a benchmark's weights come from memory, not from the cache).
+std::vector<ggml_tensor *> matmul_graph(OneOp & op, const Bytes & w, const std::string & type_name, const Floats & x,
+                                        bool direct = false, int copies = 1) {
+    const ggml_type type = weight_type(type_name);
+    const int64_t K = shape(x, "x", {-1, -1})[1], block = ggml_blck_size(type);
+    if (K % block != 0) {
+        throw Error(format("x: %lld values per row are not whole %s blocks of %lld", static_cast<long long>(K),
+                           type_name.c_str(), static_cast<long long>(block)));
+    }
+    if (w.ndim() != 2 || w.shape(0) < 1 || w.shape(1) != static_cast<py::ssize_t>(ggml_row_size(type, K))) {
+        throw Error(format("w must be [N, %zu] bytes (%s rows of K = %lld values)", ggml_row_size(type, K),
+                           type_name.c_str(), static_cast<long long>(K)));
+    }
+    std::vector<ggml_tensor *> ws;
+    for (int i = 0; i < copies; ++i) ws.push_back(op.input_raw(type, K, w.shape(0), w));
+    ggml_tensor * xt = op.input(x, {x.shape(0), K});
+    op.allocate();
+    std::vector<ggml_tensor *> outs;
+    for (ggml_tensor * wt : ws) outs.push_back(direct ? qmatmul(op.ctx(), wt, xt) : matmul(op.ctx(), wt, xt));
+    return outs;
+}
+
+py::array_t<float> run_matmul(const Bytes & w, const std::string & type, const Floats & x, int n_threads, bool direct) {
+    check_threads(n_threads);
+    OneOp op;
+    return op.run(matmul_graph(op, w, type, x, direct).front(), n_threads);
+}
+
+std::vector<double> time_matmul(const Bytes & w, const std::string & type, const Floats & x, int n_threads, int repeats,
+                                int copies) {
+    check_threads(n_threads);
+    if (repeats < 1) throw Error(format("repeats must be at least 1, got %d", repeats));
+    if (copies < 1 || copies > 1024) throw Error(format("copies must be between 1 and 1024, got %d", copies));
+    OneOp op(copies + 2);
+    return op.time(matmul_graph(op, w, type, x, false, copies), n_threads, repeats);
+}
+
 }  // namespace
 
 void qtts::bind_ops(py::module_ & mod) {
@@ -211,6 +298,38 @@ void qtts::bind_ops(py::module_ & mod) {
           py::arg("residual") = py::none(), py::kw_only(), py::arg("stride") = 1, py::arg("n_threads") = 1,
           "y [n, N] = conv of xp [T, Cin] (left context first) with panels w [N/P, K, Cin, P]; dilation "
           "(T - n) / (K - 1). stride > 1 reads windows of K rows every `stride` rows.");
+    m.def(
+        "matmul",
+        [](const Bytes & w, const std::string & type, const Floats & x, int n_threads) {
+            return run_matmul(w, type, x, n_threads, false);
+        },
+        py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(), py::arg("n_threads") = 1,
+        "y [M, N] = x [M, K] times the rows of w [N, row bytes] (type q8_0, q4_k or q6_k), through matmul() "
+        "as the models build it (see set_matmul_path).");
+    m.def(
+        "qmatmul",
+        [](const Bytes & w, const std::string & type, const Floats & x, int n_threads) {
+            return run_matmul(w, type, x, n_threads, true);
+        },
+        py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(), py::arg("n_threads") = 1,
+        "As matmul, always through the quantized matmul's kernel for the SIMD path in effect.");
+    m.def("time_matmul", &time_matmul, py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(),
+          py::arg("n_threads") = 1, py::arg("repeats") = 10, py::arg("copies") = 1,
+          "Seconds per computation of matmul(w, type, x) over `copies` copies of w, `repeats` times after a "
+          "warm-up run (benchmarks).");
+    m.def("get_matmul_path", []() { return std::string(matmul_path() == MatmulPath::ggml ? "ggml" : "native"); },
+          "The kernels graphs are built with: 'native' (the quantized matmul where it applies) or 'ggml'.");
+    m.def(
+        "set_matmul_path",
+        [](const std::string & name) {
+            if (name != "native" && name != "ggml") {
+                throw Error(format("unknown matmul path '%s' (native or ggml)", name.c_str()));
+            }
+            set_matmul_path(name == "ggml" ? MatmulPath::ggml : MatmulPath::native);
+        },
+        py::arg("name"),
+        "Testing and benchmarking: build every later graph (every model of this process) with ggml's mul_mat "
+        "('ggml') or with the quantized matmul where it applies ('native', the default).");
     m.def("snake_beta", &run_snake_beta, py::arg("x"), py::arg("exp_alpha"), py::arg("inv_beta"),
           py::arg("left") = py::none(), py::kw_only(), py::arg("n_threads") = 1,
           "[left; x + inv_beta * sin^2(x * exp_alpha)] for x [n, C].");

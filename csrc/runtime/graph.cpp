@@ -1,8 +1,10 @@
 #include "runtime/graph.h"
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 
+#include "ops/qmatmul.h"
 #include "runtime/error.h"
 
 namespace qtts {
@@ -21,7 +23,28 @@ ggml_tensor * input(ggml_tensor * t, const char * name) {
     return ggml_set_name(t, name);
 }
 
+namespace {
+
+std::atomic<MatmulPath> & current_matmul_path() {
+    static std::atomic<MatmulPath> path{MatmulPath::native};
+    return path;
+}
+
+}  // namespace
+
+MatmulPath matmul_path() { return current_matmul_path().load(std::memory_order_relaxed); }
+
+void set_matmul_path(MatmulPath path) { current_matmul_path().store(path, std::memory_order_relaxed); }
+
 ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    // the quantized matmul reads host memory only; shapes it does not take (batched 3-D
+    // activations, strided columns) stay with ggml
+    if (matmul_path() == MatmulPath::native && qmatmul_vectorized(w->type) && w->buffer &&
+        ggml_backend_buffer_is_host(w->buffer) && ggml_is_contiguous(w) && x->type == GGML_TYPE_F32 &&
+        x->ne[2] == 1 && x->ne[3] == 1 && x->nb[0] == sizeof(float) && x->ne[0] == w->ne[0] &&
+        w->ne[0] % ggml_blck_size(w->type) == 0) {
+        return qmatmul(ctx, w, x);
+    }
     return ggml_mul_mat(ctx, w, x);
 }
 

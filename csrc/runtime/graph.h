@@ -22,8 +22,15 @@ ggml_tensor * named(ggml_tensor * t, const char * fmt, ...)
 ggml_tensor * input(ggml_tensor * t, const char * name);
 
 // W x for a weight matrix W [in, out] (any stored type) and activations x [in, n]: the one
-// place a network multiplies by its weights, so that faster kernels can take over.
+// place a network multiplies by its weights. Host weights of the types the quantized matmul
+// takes (ops/qmatmul.h) go to it on the native path, everything else to ggml_mul_mat.
 ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
+
+// Which kernels matmul() builds graphs with: native (the default) or ggml's mul_mat always, a
+// testing and benchmarking switch for the whole process, read when a graph is built.
+enum class MatmulPath { native, ggml };
+MatmulPath matmul_path();
+void set_matmul_path(MatmulPath path);
 
 // y = W x (+ b); W in ggml order [in, out], x [in, n].
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b = nullptr);

@@ -1,6 +1,6 @@
-"""`qtts-cli bench speed|memory|quality|micro`: reproducible benchmarks on full-size random-weight models.
+"""`qtts-cli bench speed|memory|quality|micro|matmul`: reproducible benchmarks (matmul: bench_matmul.py).
 
-The model is built from a released configuration with random weights (qtts.randmodel, numpy
+speed, memory and quality run full-size random-weight models. The model is built from a released configuration with random weights (qtts.randmodel, numpy
 only), converted with qtts's converter and quantizer, and cached under $QTTS_CACHE/bench. Every
 configuration runs in a fresh process, so loading counts and peak RSS is that configuration's.
 Generation runs a fixed frame count (EOS masked) with a pinned seed. `--compare-reference` runs
@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from . import bench_matmul
 
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
         "forest while the sun goes down behind the hills.")
@@ -65,11 +67,13 @@ def _settings(frames: int, seed: int) -> dict[str, Any]:
     return dict(seed=seed, min_new_tokens=frames, max_new_tokens=frames + 1, frame_budget=None)
 
 
-def speed_worker(gguf: str, threads: int, frames: int, seed: int) -> dict[str, Any]:
+def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = "native") -> dict[str, Any]:
     import qtts
+    from .._native import core
     from ..runtime.audio import peak_rss_mb
     from ..runtime.cloning import create_voice
 
+    core.ops.set_matmul_path(matmul)
     t0 = time.perf_counter()
     m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False)
     load_s = time.perf_counter() - t0
@@ -263,10 +267,10 @@ def _worker(kind: str, *args: str) -> dict[str, Any]:
 def run_speed(a: argparse.Namespace) -> dict[str, Any]:
     log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
     out: dict[str, Any] = {"benchmark": "speed", "release": a.release, "frames": a.frames, "threads": a.threads,
-                           "seed": a.seed, **machine(), "results": {}}
+                           "seed": a.seed, "matmul": a.matmul, **machine(), "results": {}}
     for qtype in a.types:
         gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
-        out["results"][qtype] = _worker("speed", gguf, str(a.threads), str(a.frames), str(a.seed))
+        out["results"][qtype] = _worker("speed", gguf, str(a.threads), str(a.frames), str(a.seed), a.matmul)
         if log:
             log(f"{qtype}: " + json.dumps(out["results"][qtype]))
     if a.compare_reference:
@@ -322,7 +326,7 @@ def format_speed(r: dict[str, Any]) -> str:
             rows.append(f"{'x ref ' + label:<18}" + "".join(
                 f"{ref[k] / r['results'][c][k]:>12.2f}" if c != "reference" and r["results"][c].get(k) else f"{'':>12}"
                 for c in cols))
-    head = (f"{r['release']} random weights, {r['frames']} frames, {r['threads']} threads, load "
+    head = (f"{r['release']} random weights, {r['frames']} frames, {r['threads']} threads, {r['matmul']} matmul, load "
             f"{r['load_avg']:.2f} -> {r['load_avg_end']:.2f}")
     return head + "\n" + "\n".join(rows)
 
@@ -361,12 +365,16 @@ def add_parser(sub: Any) -> None:
             p.add_argument("--frames", type=int, default=100, help="frames generated (EOS masked; 12.5 per second)")
             p.add_argument("--compare-reference", action="store_true",
                            help="run the official qwen-tts (fp32) on the same weights in this run")
+            p.add_argument("--matmul", choices=["native", "ggml"], default="native",
+                           help="quantized weight kernels: the native quantized matmul (default) or ggml's mul_mat")
         p.set_defaults(func=run)
+    bench_matmul.add_parser(bs, run)
 
 
 def run(a: argparse.Namespace) -> int:
     runner, fmt = {"speed": (run_speed, format_speed), "memory": (run_memory, format_memory),
-                   "quality": (run_quality, format_quality), "micro": (run_micro, format_micro)}[a.bench_command]
+                   "quality": (run_quality, format_quality), "micro": (run_micro, format_micro),
+                   "matmul": (bench_matmul.run_matmul, bench_matmul.format_matmul)}[a.bench_command]
     r = runner(a)
     print(fmt(r))
     if a.json:
@@ -377,7 +385,7 @@ def run(a: argparse.Namespace) -> int:
 def _main(argv: list[str]) -> None:
     kind, *args = argv
     if kind == "speed":
-        r = speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
+        r = speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]), args[4])
     elif kind == "reference":
         r = reference_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
     elif kind == "quality":

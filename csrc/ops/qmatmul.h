@@ -1,0 +1,31 @@
+// Quantized matmul, the custom CPU op behind matmul() for host weights stored as Q8_0, Q4_K or
+// Q6_K (docs/architecture.md, "Custom CPU ops", "Quantized matmul"): ggml's mul_mat reads the
+// weights once per activation column and its prebuilt dot products stay well below the memory
+// bandwidth; this op reads each weight block once for a whole tile of columns.
+#pragma once
+
+#include "ggml.h"
+
+namespace qtts {
+
+// Whether qmatmul() has a kernel for weights of `type` (Q8_0, Q4_K, Q6_K).
+bool qmatmul_supports(ggml_type type);
+
+// Whether the SIMD path in effect (ops/simd.h) has vector kernels for `type`: where it has not,
+// matmul() keeps ggml's mul_mat, faster than the plain C++ kernels.
+bool qmatmul_vectorized(ggml_type type);
+
+// y [N, M] = W x for W [K, N] of a supported type (contiguous rows) and F32 activations x [K, M]
+// (contiguous rows, any row stride); one custom node, rows split over the threads.
+//
+// Each column of x is quantized on its own (Q8_0 weights: 32-value blocks with a float scale;
+// K-quants: 256-value blocks with a float scale and per-16/32 sums, both |q| <= 127, rounded to
+// nearest even), then dotted with the weight rows in integers, block scales applied in float.
+//
+// Determinism: y[n, m] is one fixed chain of operations on column m and row n alone, whatever
+// M, the other columns, the tile or the thread that computes it: a column's result is bit for
+// bit the same alone or in a batch, and for every thread count. It does depend on the kernel
+// (scalar, avx2, avx512 with VNNI), which agree to float rounding of the block sums.
+ggml_tensor * qmatmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
+
+}  // namespace qtts

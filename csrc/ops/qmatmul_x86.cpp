@@ -1,0 +1,344 @@
+// The x86 kernels of the quantized matmul (ops/qmatmul.h): AVX2 for Q8_0, AVX-512 VNNI for
+// every format. Compiled with target attributes and chosen at run time (ops/qmatmul.cpp).
+//
+// A tile is R weight rows x C activation columns, one float accumulator per (row, column) that
+// sees the same operations in the same order whatever R and C: the result for a column does
+// not depend on its neighbours (docs/architecture.md, "Quantized matmul").
+#include "ops/qmatmul_impl.h"
+
+#ifdef QTTS_QMM_X86
+
+#include <immintrin.h>
+
+#define QTTS_QMM_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define QTTS_QMM_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")))
+
+namespace qtts::qmm {
+
+bool cpu_has_vnni() {
+    static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                            __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
+    return has;
+}
+
+namespace {
+
+template <typename T> const T * row(const Task & t, int64_t n) { return reinterpret_cast<const T *>(t.w + n * t.wrow); }
+const uint8_t * col(const Task & t, int64_t m) { return t.xq + m * t.xcol; }
+
+// Columns [m0, m1) of rows [n, n + R) in tiles of up to CMAX columns.
+template <int R, int CMAX, template <int, int> class Tile>
+void columns(const Task & t, int64_t n, int64_t m0, int64_t m1) {
+    int64_t m = m0;
+    for (; m + CMAX <= m1; m += CMAX) Tile<R, CMAX>::run(t, n, m);
+    switch (m1 - m) {
+        case 7: if constexpr (CMAX > 7) Tile<R, 7>::run(t, n, m); break;
+        case 6: if constexpr (CMAX > 6) Tile<R, 6>::run(t, n, m); break;
+        case 5: if constexpr (CMAX > 5) Tile<R, 5>::run(t, n, m); break;
+        case 4: if constexpr (CMAX > 4) Tile<R, 4>::run(t, n, m); break;
+        case 3: if constexpr (CMAX > 3) Tile<R, 3>::run(t, n, m); break;
+        case 2: if constexpr (CMAX > 2) Tile<R, 2>::run(t, n, m); break;
+        case 1: Tile<R, 1>::run(t, n, m); break;
+        default: break;
+    }
+}
+
+template <int RMAX, int CMAX, template <int, int> class Tile>
+void tiles(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    int64_t n = n0;
+    for (; n + RMAX <= n1; n += RMAX) columns<RMAX, CMAX, Tile>(t, n, m0, m1);
+    for (; n < n1; ++n) columns<1, CMAX, Tile>(t, n, m0, m1);
+}
+
+QTTS_QMM_AVX2 inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// Q8_0, AVX2: |w| (unsigned) times x with w's sign, summed in pairs (vpmaddubsw, no saturation
+// as |w| <= 128 and |x| <= 127) and in fours (vpmaddwd), then scaled per block in float.
+template <int R, int C> struct Q8Avx2 {
+    QTTS_QMM_AVX2 static void run(const Task & t, int64_t n, int64_t m) {
+        const int64_t nb = t.K / 32;
+        const BlockQ8_0 * w[R];
+        const int8_t * xq[C];
+        const float * xd[C];
+        for (int r = 0; r < R; ++r) w[r] = row<BlockQ8_0>(t, n + r);
+        for (int c = 0; c < C; ++c) {
+            xq[c] = reinterpret_cast<const int8_t *>(col(t, m + c));
+            xd[c] = reinterpret_cast<const float *>(xq[c] + t.K);
+        }
+        __m256 acc[R][C];
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+        const __m256i ones = _mm256_set1_epi16(1);
+        for (int64_t j = 0; j < nb; ++j) {
+            __m256i wv[R], aw[R];
+            __m256 sw[R];
+            for (int r = 0; r < R; ++r) {
+                wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w[r][j].qs));
+                aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
+                sw[r] = _mm256_set1_ps(_cvtsh_ss(w[r][j].d));
+            }
+            for (int c = 0; c < C; ++c) {
+                const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i *>(xq[c] + 32 * j));
+                const __m256 dx = _mm256_broadcast_ss(xd[c] + j);
+                for (int r = 0; r < R; ++r) {
+                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(x, wv[r])), ones);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sw[r], dx), acc[r][c]);
+                }
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) t.y[(m + c) * t.ldy + n + r] = hsum8(acc[r][c]);
+    }
+};
+
+// Q8_0, VNNI, 16 blocks at a time: the weights are transposed in registers so that int32 lane
+// i of vpdpbusd sums block i only, and each (row, column) takes one float multiply-add per 16
+// blocks, not per block. The weights + 128 (xor 0x80) are unsigned for vpdpbusd, which starts
+// from the column's -128 * block sums (qmatmul_impl.h), so the integer sums are exact.
+
+// Index vectors of the 3-stage transpose (load_transposed): block i = (i3 i2 i1 i0) and its
+// dword g = (g2 g1 g0) go from vector (i3 i2 i1), lane (i0 g2 g1 g0) to vector g, lane i, one
+// bit pair exchanged per stage of two-source permutes.
+struct TransposeIndex {
+    alignas(64) int32_t a[2][16], b[2][16], c[2][16];
+    constexpr TransposeIndex() : a(), b(), c() {
+        for (int hi = 0; hi < 2; ++hi) {
+            for (int j = 0; j < 16; ++j) {
+                const int x3 = j >> 3 & 1, x2 = j >> 2 & 1, x1 = j >> 1 & 1, x0 = j & 1;
+                a[hi][j] = x3 << 4 | (x2 * 8 + hi * 4 + x1 * 2 + x0);  // lane (i3 i0 g1 g0)
+                b[hi][j] = x2 << 4 | (x3 * 8 + x1 * 4 + hi * 2 + x0);  // lane (i3 i2 i0 g0)
+                c[hi][j] = x1 << 4 | (x3 * 8 + x2 * 4 + x0 * 2 + hi);  // lane (i3 i2 i1 i0)
+            }
+        }
+    }
+};
+constexpr TransposeIndex kTranspose;
+
+// 16 blocks (34 bytes apart) as 8 vectors, vector g holding dword g of each block, + 128; and
+// their 16 scales.
+QTTS_QMM_VNNI inline void load_transposed(const uint8_t * blocks, __m512i v[8], __m512 & scales) {
+    __m512i z[8], a[8], b[8];
+    for (int k = 0; k < 8; ++k) {
+        const auto * p0 = reinterpret_cast<const __m256i *>(blocks + 34 * (2 * k) + 2);
+        const auto * p1 = reinterpret_cast<const __m256i *>(blocks + 34 * (2 * k + 1) + 2);
+        z[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(p0)), _mm256_loadu_si256(p1), 1);
+    }
+    for (int h = 0; h < 2; ++h) {
+        const __m512i ia = _mm512_load_si512(kTranspose.a[h]);
+        for (int k = 0; k < 4; ++k) a[4 * h + k] = _mm512_permutex2var_epi32(z[k], ia, z[4 + k]);
+    }
+    for (int h = 0; h < 2; ++h) {
+        const __m512i ib = _mm512_load_si512(kTranspose.b[h]);
+        for (int g2 = 0; g2 < 2; ++g2)
+            for (int i1 = 0; i1 < 2; ++i1) b[4 * g2 + 2 * h + i1] = _mm512_permutex2var_epi32(a[4 * g2 + i1], ib, a[4 * g2 + 2 + i1]);
+    }
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int h = 0; h < 2; ++h) {
+        const __m512i ic = _mm512_load_si512(kTranspose.c[h]);
+        for (int k = 0; k < 4; ++k) v[2 * k + h] = _mm512_xor_si512(_mm512_permutex2var_epi32(b[2 * k], ic, b[2 * k + 1]), flip);
+    }
+    // the scales through the integer registers, idle here (a vector gather is far slower)
+    uint64_t h[4];
+    for (int k = 0; k < 4; ++k) {
+        uint64_t v = 0;
+        for (int i = 0; i < 4; ++i) {
+            uint16_t d;
+            __builtin_memcpy(&d, blocks + 34 * (4 * k + i), 2);
+            v |= static_cast<uint64_t>(d) << (16 * i);
+        }
+        h[k] = v;
+    }
+    scales = _mm512_cvtph_ps(_mm256_set_epi64x(static_cast<long long>(h[3]), static_cast<long long>(h[2]),
+                                               static_cast<long long>(h[1]), static_cast<long long>(h[0])));
+}
+
+template <int R, int C> struct Q8Vnni {
+    QTTS_QMM_VNNI static void run(const Task & t, int64_t n, int64_t m) {
+        const int64_t nb = t.K / 32, ng = (nb + 15) / 16;
+        const uint8_t * w[R];
+        const uint8_t * x[C];
+        for (int r = 0; r < R; ++r) w[r] = t.w + (n + r) * t.wrow;
+        for (int c = 0; c < C; ++c) x[c] = col(t, m + c);
+        __m512 acc[R][C];
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+        for (int64_t gi = 0; gi < ng; ++gi) {
+            __m512i v[R][8];
+            __m512 sw[R];
+            const int64_t have = nb - 16 * gi;
+            for (int r = 0; r < R; ++r) {
+                const uint8_t * src = w[r] + 16 * 34 * gi;
+                alignas(64) uint8_t part[16 * 34];
+                if (have < 16) {  // a last group of fewer blocks: zeros after them, never read past the row
+                    __builtin_memset(part, 0, sizeof part);
+                    __builtin_memcpy(part, src, static_cast<size_t>(have) * 34);
+                    src = part;
+                }
+                load_transposed(src, v[r], sw[r]);
+            }
+            for (int c = 0; c < C; ++c) {
+                const uint8_t * xg = x[c] + 640 * gi;
+                const __m512i bias = _mm512_load_si512(xg + 512);
+                const __m512 dx = _mm512_load_ps(xg + 576);
+                for (int r = 0; r < R; ++r) {
+                    __m512i s = bias;
+                    for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, v[r][g], _mm512_load_si512(xg + 64 * g));
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sw[r], dx), acc[r][c]);
+                }
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) t.y[(m + c) * t.ldy + n + r] = _mm512_reduce_add_ps(acc[r][c]);
+    }
+};
+
+// Q4_K's 8 scales and 8 mins (6 bits each) as two little-endian 8-byte words.
+inline void q4_k_unpack(const uint8_t * s, uint64_t & sc, uint64_t & mn) {
+    uint32_t u[3];
+    __builtin_memcpy(u, s, 12);
+    const uint32_t low6 = 0x3f3f3f3fu, nib = 0x0f0f0f0fu, top2 = 0x03030303u;
+    const uint32_t sc_hi = (u[2] & nib) | (((u[0] >> 6) & top2) << 4);
+    const uint32_t mn_hi = ((u[2] >> 4) & nib) | (((u[1] >> 6) & top2) << 4);
+    sc = (u[0] & low6) | static_cast<uint64_t>(sc_hi) << 32;
+    mn = (u[1] & low6) | static_cast<uint64_t>(mn_hi) << 32;
+}
+
+// 32 int16 lanes, 16 from sub-block a then 16 from b: index vectors for vpermw.
+QTTS_QMM_VNNI inline __m512i pick16(int a, int b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(a))),
+                              _mm256_set1_epi16(static_cast<short>(b)), 1);
+}
+
+// Q4_K, VNNI, one row: the nibbles are unsigned for vpmaddubsw; vpdpwssd weights the pair sums
+// with the sub-block scales; the mins meet the columns' per-32 sums in a second accumulator.
+template <int R, int C> struct Q4kVnni {
+    static_assert(R == 1, "one row at a time");
+    QTTS_QMM_VNNI static void run(const Task & t, int64_t n, int64_t m) {
+        const int64_t nb = t.K / 256;
+        const BlockQ4_K * w = row<BlockQ4_K>(t, n);
+        const int8_t * xq[C];
+        const float * xd[C];
+        const int16_t * xs[C];
+        for (int c = 0; c < C; ++c) {
+            xq[c] = reinterpret_cast<const int8_t *>(col(t, m + c));
+            xd[c] = reinterpret_cast<const float *>(xq[c] + t.K);
+            xs[c] = reinterpret_cast<const int16_t *>(xq[c] + t.K + 4 * nb);
+        }
+        __m512 acc[C];
+        __m128 accm[C];
+        for (int c = 0; c < C; ++c) {
+            acc[c] = _mm512_setzero_ps();
+            accm[c] = _mm_setzero_ps();
+        }
+        // vector k holds sub-blocks (0 2) (1 3) (4 6) (5 7), the columns' order
+        const __m512i idx[4] = {pick16(0, 2), pick16(1, 3), pick16(4, 6), pick16(5, 7)};
+        const __m512i low4 = _mm512_set1_epi8(0x0F);
+        for (int64_t j = 0; j < nb; ++j) {
+            const BlockQ4_K & b = w[j];
+            uint64_t sc8, mn8;
+            q4_k_unpack(b.scales, sc8, mn8);
+            const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
+            const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mn8)));
+            const __m512i v0 = _mm512_loadu_si512(b.qs), v1 = _mm512_loadu_si512(b.qs + 64);
+            const __m512i q[4] = {_mm512_and_si512(v0, low4), _mm512_and_si512(_mm512_srli_epi16(v0, 4), low4),
+                                  _mm512_and_si512(v1, low4), _mm512_and_si512(_mm512_srli_epi16(v1, 4), low4)};
+            __m512i s[4];
+            for (int k = 0; k < 4; ++k) s[k] = _mm512_permutexvar_epi16(idx[k], sc);
+            const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
+            for (int c = 0; c < C; ++c) {
+                const int8_t * x = xq[c] + 256 * j;
+                __m512i sum = _mm512_setzero_si512();
+                for (int k = 0; k < 4; ++k) {
+                    const __m512i p = _mm512_maddubs_epi16(q[k], _mm512_load_si512(x + 64 * k));
+                    sum = _mm512_dpwssd_epi32(sum, p, s[k]);
+                }
+                const float dx = xd[c][j];
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(d * dx), acc[c]);
+                const __m128i mm = _mm_madd_epi16(mn, _mm_loadu_si128(reinterpret_cast<const __m128i *>(xs[c] + 16 * j)));
+                accm[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(mm), _mm_set1_ps(dmin * dx), accm[c]);
+            }
+        }
+        for (int c = 0; c < C; ++c) {
+            __m128 h = _mm_add_ps(accm[c], _mm_movehl_ps(accm[c], accm[c]));
+            h = _mm_add_ss(h, _mm_movehdup_ps(h));
+            t.y[(m + c) * t.ldy + n] = _mm512_reduce_add_ps(acc[c]) - _mm_cvtss_f32(h);
+        }
+    }
+};
+
+// Q6_K, VNNI, one row: the 6-bit values unsigned (q + 32) for vpmaddubsw, weighted with the
+// 16 sub-block scales by vpdpwssd, minus 32 * scale * the columns' per-16 sums.
+template <int R, int C> struct Q6kVnni {
+    static_assert(R == 1, "one row at a time");
+    QTTS_QMM_VNNI static void run(const Task & t, int64_t n, int64_t m) {
+        const int64_t nb = t.K / 256;
+        const BlockQ6_K * w = row<BlockQ6_K>(t, n);
+        const int8_t * xq[C];
+        const float * xd[C];
+        const int16_t * xs[C];
+        for (int c = 0; c < C; ++c) {
+            xq[c] = reinterpret_cast<const int8_t *>(col(t, m + c));
+            xd[c] = reinterpret_cast<const float *>(xq[c] + t.K);
+            xs[c] = reinterpret_cast<const int16_t *>(xq[c] + t.K + 4 * nb);
+        }
+        __m512 acc[C];
+        for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+        // vector k covers values 64k..64k+63: sub-blocks 4k..4k+3, 8 int16 lanes each
+        __m512i idx[4];
+        for (int k = 0; k < 4; ++k) {
+            alignas(64) int16_t v[32];
+            for (int l = 0; l < 32; ++l) v[l] = static_cast<int16_t>(4 * k + l / 8);
+            idx[k] = _mm512_load_si512(v);
+        }
+        const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+        // high bits: values 0-31 take qh bits 0-1, 32-63 bits 2-3, 64-95 bits 4-5, 96-127 bits 6-7
+        const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+        const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+        const __m256i minus32 = _mm256_set1_epi16(-32);
+        for (int64_t j = 0; j < nb; ++j) {
+            const BlockQ6_K & b = w[j];
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales)));
+            const __m512i sc = _mm512_castsi256_si512(sc16);
+            const __m512i corr = _mm512_zextsi256_si512(_mm256_mullo_epi16(sc16, minus32));
+            __m512i q[4], s[4];
+            for (int h = 0; h < 2; ++h) {
+                const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
+                const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qh + 32 * h));
+                const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+                q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_sllv_epi16(qh2, shl), bits45));
+                q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                               _mm512_and_si512(_mm512_srlv_epi16(qh2, shr), bits45));
+            }
+            for (int k = 0; k < 4; ++k) s[k] = _mm512_permutexvar_epi16(idx[k], sc);
+            const float d = _cvtsh_ss(b.d);
+            for (int c = 0; c < C; ++c) {
+                const int8_t * x = xq[c] + 256 * j;
+                const __m512i sums = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[c] + 16 * j)));
+                __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), corr, sums);
+                for (int k = 0; k < 4; ++k) {
+                    const __m512i p = _mm512_maddubs_epi16(q[k], _mm512_load_si512(x + 64 * k));
+                    sum = _mm512_dpwssd_epi32(sum, p, s[k]);
+                }
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(d * xd[c][j]), acc[c]);
+            }
+        }
+        for (int c = 0; c < C; ++c) t.y[(m + c) * t.ldy + n] = _mm512_reduce_add_ps(acc[c]);
+    }
+};
+
+}  // namespace
+
+void q8_0_avx2(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<2, 2, Q8Avx2>(t, n0, n1, m0, m1); }
+void q8_0_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 8, Q8Vnni>(t, n0, n1, m0, m1); }
+void q4_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q4kVnni>(t, n0, n1, m0, m1); }
+void q6_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q6kVnni>(t, n0, n1, m0, m1); }
+
+}  // namespace qtts::qmm
+
+#endif  // QTTS_QMM_X86

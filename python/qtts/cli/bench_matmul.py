@@ -1,0 +1,113 @@
+"""`qtts-cli bench matmul`: the quantized matmul against ggml's mul_mat on the 0.6B shapes.
+
+For each weight type, shape, thread count and column count M (a batch of M sequences steps M
+columns), the native kernel and ggml's run back to back, alternating, each over enough copies of
+the weights that they stream from memory as a model's do (not from the cache). Reported: time per
+matmul, weight bytes read per second, and that as a share of the machine's memory bandwidth,
+measured first as a numpy copy of a 1 GiB array (bytes read + written per second, one thread).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# (K, N) of the 0.6B talker and code predictor: attention q and o (2048 wide), k/v, the MLP, and
+# the 2048-entry code predictor heads (the same shape as q)
+SHAPES = ((1024, 2048), (2048, 1024), (1024, 1024), (1024, 3072), (3072, 1024))
+STREAM_BYTES = 96 << 20  # weights per timed graph: three times this machine class's L3
+
+
+@dataclass
+class MatmulResult:
+    type: str
+    k: int
+    n: int
+    threads: int
+    columns: int
+    native_us: float
+    ggml_us: float
+    native_gbs: float
+    ggml_gbs: float
+    speedup: float
+
+
+def copy_bandwidth_gbs(repeat: int = 3) -> float:
+    """Bytes read + written per second by a numpy copy of 1 GiB, the best of `repeat`."""
+    import numpy as np
+
+    a = np.ones(1 << 28, dtype=np.float32)
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * a.nbytes / best / 1e9
+
+
+def measure(type_name: str, k: int, n: int, threads: int, columns: int, repeat: int, seed: int) -> MatmulResult:
+    import numpy as np
+
+    from .._native import core
+
+    ops = core.ops
+    rng = np.random.default_rng(seed)
+    w = np.frombuffer(core.quantize(rng.standard_normal((n, k)).astype(np.float32), type_name, 1), dtype=np.uint8)
+    w = w.reshape(n, -1)
+    x = rng.standard_normal((columns, k)).astype(np.float32)
+    copies = max(1, STREAM_BYTES // w.nbytes)
+    best = {"native": float("inf"), "ggml": float("inf")}
+    try:
+        for _ in range(2):  # alternate, so that both see the same load
+            for path in best:
+                ops.set_matmul_path(path)
+                t = ops.time_matmul(w, type_name, x, n_threads=threads, repeats=repeat, copies=copies)
+                best[path] = min(best[path], float(np.median(t)) / copies)
+    finally:
+        ops.set_matmul_path("native")
+    return MatmulResult(type_name, k, n, threads, columns, best["native"] * 1e6, best["ggml"] * 1e6,
+                        w.nbytes / best["native"] / 1e9, w.nbytes / best["ggml"] / 1e9, best["ggml"] / best["native"])
+
+
+def run_matmul(a: argparse.Namespace) -> dict[str, Any]:
+    bandwidth = copy_bandwidth_gbs()
+    load = os.getloadavg()[0]
+    rows = [measure(t, k, n, th, m, a.repeat, a.seed) for t in a.types for th in a.threads for (k, n) in SHAPES
+            for m in a.columns]
+    return {"benchmark": "matmul", "copy_bandwidth_gbs": bandwidth, "load_avg": load,
+            "load_avg_end": os.getloadavg()[0], "results": [asdict(r) for r in rows]}
+
+
+def format_matmul(r: dict[str, Any]) -> str:
+    bw = r["copy_bandwidth_gbs"]
+    head = (f"memory bandwidth (numpy copy of 1 GiB, read + write): {bw:.1f} GB/s; load {r['load_avg']:.2f} -> "
+            f"{r['load_avg_end']:.2f}\n"
+            f"{'type':<6}{'K x N':>11}{'thr':>4}{'M':>4}{'native us':>11}{'ggml us':>10}{'native GB/s':>12}"
+            f"{'ggml GB/s':>10}{'native %bw':>11}{'x ggml':>8}{'+col %':>8}")
+    rows = [head]
+    first: dict[tuple[str, int, int, int], float] = {}
+    for x in r["results"]:
+        key = (x["type"], x["k"], x["n"], x["threads"])
+        first.setdefault(key, x["native_us"] if x["columns"] == 1 else float("nan"))
+        # the cost of each column beyond the first, as a share of a one-column call
+        extra = (x["native_us"] / first[key] - 1) / (x["columns"] - 1) * 100 if x["columns"] > 1 else 0.0
+        rows.append(f"{x['type']:<6}{x['k']:>5} x{x['n']:>5}{x['threads']:>4}{x['columns']:>4}{x['native_us']:>11.0f}"
+                    f"{x['ggml_us']:>10.0f}{x['native_gbs']:>12.1f}{x['ggml_gbs']:>10.1f}"
+                    f"{100 * x['native_gbs'] / bw:>11.0f}{x['speedup']:>8.2f}{extra:>8.0f}")
+    return "\n".join(rows)
+
+
+def add_parser(bs: Any, run: Any) -> None:
+    p = bs.add_parser("matmul", help="quantized matmul vs ggml's mul_mat on the 0.6B shapes (weights from memory)")
+    p.add_argument("--types", nargs="+", default=["q8_0", "q4_k"], choices=["q8_0", "q4_k", "q6_k"],
+                   help="weight types (default: q8_0 q4_k)")
+    p.add_argument("-t", "--threads", nargs="+", type=int, default=[1, 2], help="thread counts (default: 1 2)")
+    p.add_argument("--columns", nargs="+", type=int, default=[1, 2, 4, 8],
+                   help="activation columns M, a batch of M sequences (default: 1 2 4 8)")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per measurement, the median kept (default 20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
+    p.add_argument("--json", help="also write the results as JSON to this file")
+    p.set_defaults(func=run)
