@@ -1,4 +1,4 @@
-"""`qtts-cli bench speed|memory|quality|micro`: reproducible benchmarks on full-size random-weight models.
+"""`qtts-cli bench speed|memory|quality|micro|ops`: reproducible benchmarks on full-size random-weight models.
 
 The model is built from a released configuration with random weights (qtts.randmodel, numpy
 only), converted with qtts's converter and quantizer, and cached under $QTTS_CACHE/bench. Every
@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from . import bench_ops
 
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
         "forest while the sun goes down behind the hills.")
@@ -362,11 +364,14 @@ def add_parser(sub: Any) -> None:
             p.add_argument("--compare-reference", action="store_true",
                            help="run the official qwen-tts (fp32) on the same weights in this run")
         p.set_defaults(func=run)
+    bench_ops.add_parser(bs, TYPES)
+    bs.choices["ops"].set_defaults(func=run)
 
 
 def run(a: argparse.Namespace) -> int:
     runner, fmt = {"speed": (run_speed, format_speed), "memory": (run_memory, format_memory),
-                   "quality": (run_quality, format_quality), "micro": (run_micro, format_micro)}[a.bench_command]
+                   "quality": (run_quality, format_quality), "micro": (run_micro, format_micro),
+                   "ops": (bench_ops.run_ops, bench_ops.format_ops)}[a.bench_command]
     r = runner(a)
     print(fmt(r))
     if a.json:
