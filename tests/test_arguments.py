@@ -105,3 +105,7 @@ def test_stream_and_load_arguments(cv: qtts.Model, gguf_dir) -> None:
         qtts.Model(path, n_threads=0)
     with pytest.raises(TypeError, match="device must be a str"):
         qtts.Model(path, device=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ops must be one of auto, native, portable, got 'gpu'"):
+        qtts.Model(path, ops="gpu")
+    with pytest.raises(TypeError, match="ops must be a str, got int"):
+        qtts.load(path, ops=1)  # type: ignore[arg-type]

@@ -143,6 +143,18 @@ def test_bad_output_fails_before_loading(tmp_path: Path, output: str, message: s
     assert list(tmp_path.iterdir()) == []
 
 
+def test_ops_flag_picks_the_codec_path(cv: str, tmp_path: Path) -> None:
+    wavs = []
+    for ops in ("native", "portable"):
+        out = tmp_path / f"{ops}.wav"
+        _ok(_speak(cv, "-p", "Hello world.", "-o", str(out), "-s", "3", "--ops", ops))
+        wavs.append(_read_wav(str(out)).astype(np.int32))
+    # the same codes; the two vocoder paths agree within 1e-4 (3 PCM16 steps)
+    assert len(wavs[0]) == len(wavs[1]) > 0 and np.abs(wavs[0] - wavs[1]).max() <= 3
+    r = _speak(cv, "-p", "Hello world.", "--ops", "gpu")
+    assert r.returncode == 2 and "--ops" in r.stderr and "invalid choice" in r.stderr
+
+
 def test_usage_errors(cv: str, gguf_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "x.wav"
     r = _cli("-m", cv, "-p", "hello", "--speaker", "nobody", "-o", str(out), *SHORT)

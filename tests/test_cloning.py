@@ -28,37 +28,49 @@ def base(gguf_dir: Path) -> qtts.Model:
 
 
 @pytest.fixture(scope="module")
+def portable(gguf_dir: Path) -> qtts.Model:
+    return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False, ops="portable")
+
+
+# The encoders' parity tests run on both paths (docs/architecture.md, "Portable graphs"); the
+# end-to-end ones take the portable path in one case each, which covers all three networks.
+@pytest.fixture(scope="module", params=["native", "portable"])
+def model(request: pytest.FixtureRequest) -> qtts.Model:
+    return request.getfixturevalue("base" if request.param == "native" else "portable")
+
+
+@pytest.fixture(scope="module")
 def ref(reference_models):
     return reference_models("tiny_base")
 
 
 @pytest.mark.parametrize("n", [1280, 24000, 24000 * 3 + 17])
-def test_speaker_embedding_matches_reference(base: qtts.Model, ref, n: int) -> None:
+def test_speaker_embedding_matches_reference(model: qtts.Model, ref, n: int) -> None:
     wav = _clip(n, n)
     want = ref.model.extract_speaker_embedding(wav, 24000).float().numpy()
-    got = base.speaker_embedding(wav)
+    got = model.speaker_embedding(wav)
     cos = float(got @ want / np.linalg.norm(got) / np.linalg.norm(want))
     assert cos >= 0.99999 and np.abs(got - want).max() < 1e-4
-    # the native encoder over the reference's own mel gives the same
-    with base.engine.session() as s:
+    # the engine's encoder over the mel gives the same
+    with model.engine.session() as s:
         np.testing.assert_allclose(s.speaker_embed(log_mel_spectrogram(wav)), got, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("n", [1, 1919, 1921, 24000 * 2 + 500, 24000 * 5 + 17])
-def test_codec_encoder_codes_match_reference(base: qtts.Model, ref, n: int) -> None:
+def test_codec_encoder_codes_match_reference(model: qtts.Model, ref, n: int) -> None:
     # 5 s spans three conv-stack chunks (2 s each) and an odd 25 Hz length
     wav = _clip(n, n) if n > 1 else np.array([0.25], np.float32)
     want = ref.model.speech_tokenizer.encode(wav, sr=24000).audio_codes[0].numpy()
-    with base.engine.session() as s:
+    with model.engine.session() as s:
         got = s.encode(wav)
     assert got.shape == want.shape == (-(-n // 1920), 16)
     np.testing.assert_array_equal(got, want)
 
 
-def test_codec_encoder_on_silence_matches_reference(base: qtts.Model, ref) -> None:
+def test_codec_encoder_on_silence_matches_reference(model: qtts.Model, ref) -> None:
     wav = np.zeros(24000, np.float32)
     want = ref.model.speech_tokenizer.encode(wav, sr=24000).audio_codes[0].numpy()
-    with base.engine.session() as s:
+    with model.engine.session() as s:
         np.testing.assert_array_equal(s.encode(wav), want)
 
 
@@ -68,22 +80,25 @@ def test_encode_api_resamples_like_the_reference(base: qtts.Model, ref) -> None:
     np.testing.assert_array_equal(base.encode((wav16, 16000)), want)
 
 
-@pytest.mark.parametrize("x_vector_only", [True, False], ids=["xvec", "icl"])
-@pytest.mark.parametrize("non_streaming", [False, True], ids=["stream_text", "full_text"])
-def test_voice_clone_matches_generate_voice_clone(base: qtts.Model, ref, x_vector_only: bool,
-                                                  non_streaming: bool) -> None:
+@pytest.mark.parametrize("x_vector_only, non_streaming, ops", [
+    (True, False, "native"), (False, False, "native"), (True, True, "native"), (False, True, "native"),
+    (False, False, "portable")], ids=["xvec-stream_text", "icl-stream_text", "xvec-full_text", "icl-full_text",
+                                      "icl-stream_text-portable"])
+def test_voice_clone_matches_generate_voice_clone(request: pytest.FixtureRequest, ref, x_vector_only: bool,
+                                                  non_streaming: bool, ops: str) -> None:
+    model = request.getfixturevalue("base" if ops == "native" else "portable")
     wav = _clip(24000 * 2 + 500, 11)
     rt = None if x_vector_only else REF_TEXT
     want_wavs, sr = ref.generate_voice_clone(TEXT, language="English", ref_audio=(wav, 24000), ref_text=rt,
                                              x_vector_only_mode=x_vector_only, non_streaming_mode=non_streaming,
                                              **GREEDY)
     items = ref.create_voice_clone_prompt(ref_audio=(wav, 24000), ref_text=rt, x_vector_only_mode=x_vector_only)
-    voice = base.create_voice((wav, 24000), rt, x_vector_only_mode=x_vector_only)
+    voice = model.create_voice((wav, 24000), rt, x_vector_only_mode=x_vector_only)
     if not x_vector_only:
         np.testing.assert_array_equal(voice.ref_codes, items[0].ref_code.numpy())
-    audio = base.synthesize(TEXT, language="english", voice=voice, non_streaming_mode=non_streaming, **GREEDY)
+    audio = model.synthesize(TEXT, language="english", voice=voice, non_streaming_mode=non_streaming, **GREEDY)
     # the greedy codes are the reference's: its waveform is the decode of exactly these frames
-    assert audio.codes.shape == (20, 16) and sr == base.sample_rate
+    assert audio.codes.shape == (20, 16) and sr == model.sample_rate
     assert len(audio.samples) == len(want_wavs[0])
     np.testing.assert_allclose(audio.samples, want_wavs[0], rtol=0, atol=1e-4)
     if not x_vector_only:
@@ -108,12 +123,13 @@ def test_voice_clone_codes_equal_reference_generate(base: qtts.Model, ref) -> No
     np.testing.assert_array_equal(got.codes, codes[0].numpy())
 
 
-@pytest.mark.parametrize("ref_seconds", [1.25, 5.0])
-def test_stream_of_icl_voice_follows_synthesize(base: qtts.Model, ref_seconds: float) -> None:
+@pytest.mark.parametrize("ref_seconds, ops", [(1.25, "native"), (5.0, "native"), (1.25, "portable")])
+def test_stream_of_icl_voice_follows_synthesize(request: pytest.FixtureRequest, ref_seconds: float, ops: str) -> None:
+    model = request.getfixturevalue("base" if ops == "native" else "portable")
     # 63 reference frames: most only advance the decoder's transformer state (kConvWarmup = 16)
-    voice = base.create_voice((_clip(int(24000 * ref_seconds), 2), 24000), REF_TEXT)
-    audio = base.synthesize(TEXT, voice=voice, **GREEDY)
-    streamed = np.concatenate([c.samples for c in base.stream(TEXT, voice=voice, **GREEDY)])
+    voice = model.create_voice((_clip(int(24000 * ref_seconds), 2), 24000), REF_TEXT)
+    audio = model.synthesize(TEXT, voice=voice, **GREEDY)
+    streamed = np.concatenate([c.samples for c in model.stream(TEXT, voice=voice, **GREEDY)])
     # the stream starts exactly at the first generated frame; synthesize reproduces the reference's
     # cut, which may keep one more sample of the reference: the ICL output cut
     # (docs/model.md, "Reference quirks")

@@ -13,9 +13,10 @@ HOP = 1920
 N_Q = 16
 
 
-@pytest.fixture(scope="module")
-def session(gguf_dir: Path):
-    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2).session() as s:
+# Every test of the decoder runs on both paths (docs/architecture.md, "Portable graphs").
+@pytest.fixture(scope="module", params=["native", "portable"])
+def session(gguf_dir: Path, request: pytest.FixtureRequest):
+    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2, request.param).session() as s:
         yield s
 
 
@@ -130,12 +131,15 @@ def test_stream_is_causal(session) -> None:
     assert not np.array_equal(a[150 * HOP:], b[150 * HOP:])
 
 
-def test_model_decode(gguf_dir: Path, reference) -> None:
+@pytest.mark.parametrize("ops", ["auto", "native", "portable"])
+def test_model_decode(gguf_dir: Path, reference, ops: str) -> None:
     import torch
 
     import qtts
 
-    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1)
+    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1, ops=ops)
+    assert m.ops == ("native" if ops == "auto" else ops)  # auto: native on the CPU
+    assert m.devices["codec_decoder"] == f"CPU/{m.ops}"
     codes = _codes(9, 11)
     want, _ = reference.decode({"audio_codes": torch.from_numpy(codes)})
     np.testing.assert_allclose(m.decode(codes), want[0], rtol=0, atol=1e-4)

@@ -41,11 +41,18 @@ def test_model_properties(gguf_dir: Path) -> None:
     assert "auto" in m.languages and "english" in m.languages
     assert not any("dialect" in lang for lang in m.languages)
     assert m.device == "CPU"
-    assert m.devices == {c: "CPU" for c in ("talker", "code_predictor", "codec_decoder", "codec_encoder")}
+    # "<device>/<path>": on the CPU "auto" picks the native audio networks
+    assert m.ops == "native"
+    assert m.devices == {"talker": "CPU/portable", "code_predictor": "CPU/portable", "codec_decoder": "CPU/native",
+                         "codec_encoder": "CPU/native"}
     assert m.generation_defaults["top_k"] == 50
     assert m.hparams["code_predictor"]["has_projection"] is True
     base = qtts.load(gguf_dir / "tiny_base-f32.gguf")
-    assert base.devices["speaker_encoder"] == "CPU" and base.speakers == []
+    assert base.devices["speaker_encoder"] == "CPU/native" and base.speakers == []
+    portable = qtts.load(gguf_dir / "tiny_base-f32.gguf", ops="portable")
+    assert portable.ops == "portable" and set(portable.devices.values()) == {"CPU/portable"}
+    # the portable conv copies are extra weight memory, the size of the panels they come from
+    assert portable.engine.weight_bytes - base.engine.weight_bytes == portable.engine.portable_weight_bytes > 0
     assert base.hparams["code_predictor"]["has_projection"] is False
 
 

@@ -62,12 +62,20 @@ py::dict hparams(const Model & m) {
 }  // namespace
 
 void bind_model(py::module_ & m) {
+    py::enum_<OpsChoice>(m, "Ops", "The audio networks' path: native custom CPU ops or portable stock ggml ops.")
+        .value("auto", OpsChoice::automatic)
+        .value("native", OpsChoice::native)
+        .value("portable", OpsChoice::portable);
     py::class_<Model, std::shared_ptr<Model>>(m, "Model")
-        .def(py::init([](const std::string & path, const std::string & device) {
+        .def(py::init([](const std::string & path, const std::string & device, OpsChoice ops) {
                  py::gil_scoped_release release;
-                 return std::make_shared<Model>(path, device);
+                 return std::make_shared<Model>(path, device, ops);
              }),
-             py::arg("path"), py::arg("device") = "auto")
+             py::arg("path"), py::arg("device") = "auto", py::arg("ops") = OpsChoice::automatic)
+        .def_property_readonly("ops", [](const Model & model) {
+            return std::string(model.ops == OpsPath::portable ? "portable" : "native");
+        })
+        .def_property_readonly("portable_weight_bytes", [](const Model & model) { return model.conv_weights.bytes(); })
         .def_readonly("path", &Model::path)
         .def_readonly("name", &Model::name)
         .def_readonly("variant", &Model::variant)

@@ -8,9 +8,10 @@
 // split RVQ (semantic and acoustic both quantise the same embedding).
 //
 // Activations are channel-fastest (ne = [C, T]). A stride-s conv with kernel k reads, for
-// output t, rows t*s .. t*s+k-1 of its padded input: one contiguous run of k*C floats, so it is a
-// single-tap conv-GEMM over overlapping rows (the panel layout of k taps equals that of one tap
-// over k*C channels).
+// output t, rows t*s .. t*s+k-1 of its padded input: one contiguous run of k*C floats, so on the
+// native path it is a single-tap conv-GEMM over overlapping rows (the panel layout of k taps
+// equals that of one tap over k*C channels); the portable path reads the input as groups of s
+// rows (runtime/codec_ops.h).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -19,8 +20,7 @@
 #include "nets/codec_encoder.h"
 
 #include "nets/vocoder.h"
-#include "ops/elu_left.h"
-#include "ops/conv_gemm.h"
+#include "runtime/codec_ops.h"
 #include "runtime/error.h"
 #include "runtime/gguf_file.h"
 #include "runtime/loader.h"
@@ -96,6 +96,15 @@ void load_codec_encoder(GgufFile & f, const Vocoder & dec, CodecEncoder & e) {
     }
 }
 
+void codec_encoder_convs(const CodecEncoder & e, std::vector<PanelConv> & out) {
+    for (const CodecEncoder::Conv & c : e.convs) out.push_back({c.w, c.stride});
+    for (const CodecEncoder::Residual & r : e.res) {
+        out.push_back({r.conv1, 1});
+        out.push_back({r.conv2, 1});
+    }
+    out.push_back({e.downsample, e.down_stride});
+}
+
 namespace {
 
 constexpr int64_t kChunkFrames = 25;  // 12.5 Hz frames per conv-stack graph (2 s of audio)
@@ -108,24 +117,23 @@ struct ConvStackBuilder {
     const CodecEncoder & w;
     EncoderState & st;
     bool last;
+    CodecOps ops;
 
     // A causal conv of kernel k, stride s over ELU(x) (x itself for the waveform), x [Cin, L]: its
     // input is [left context; ELU(x)], and in the last chunk zero rows up to a whole number of
     // strides, as the reference's extra right padding.
     ggml_tensor * conv(ggml_tensor * x, bool elu, ggml_tensor * wt, ggml_tensor * b, int64_t k, int64_t s,
                        ggml_tensor * left, ggml_tensor * res = nullptr) {
-        const int64_t L = x->ne[1], pad = last && L % s != 0 ? s - L % s : 0, n = (L + pad) / s, cin = x->ne[0];
+        const int64_t L = x->ne[1], pad = last && L % s != 0 ? s - L % s : 0, n = (L + pad) / s;
         ggml_tensor * xp = x;
         if (elu) {
-            xp = elu_left(ctx, x, left, pad);
+            xp = ops.elu(x, left, pad);
         } else {
             if (pad) xp = ggml_pad(ctx, xp, 0, static_cast<int>(pad), 0, 0);
             if (left) xp = ggml_concat(ctx, left, xp, 1);
         }
         if (left) keep(ctx, gf, xp, left);
-        if (s == 1) return conv_gemm(ctx, xp, wt, n, b, res);
-        ggml_tensor * w1 = ggml_reshape_4d(ctx, wt, wt->ne[0], cin * k, 1, wt->ne[3]);
-        return conv_gemm(ctx, overlapping_rows(ctx, xp, cin * k, n, s * xp->nb[1]), w1, n, b, res);
+        return ops.conv(xp, wt, n, b, res, k, s);
     }
 
     ggml_tensor * build(ggml_tensor * x) {
@@ -147,6 +155,7 @@ struct QuantizerBuilder {
     ggml_context * ctx;
     ggml_cgraph * gf;
     const CodecEncoder & w;
+    CodecOps ops;
 
     // Nearest codebook entry per column of r [D, n]: argmax of 2 r.e - |e|^2 (|r|^2 is common).
     ggml_tensor * nearest(ggml_tensor * r, ggml_tensor * cb) {
@@ -161,11 +170,8 @@ struct QuantizerBuilder {
         ggml_tensor * x = transformer_stack(ctx, gf, emb, pos, w.tfm, o);
         // ×2 downsample, causal with replicate padding: one GEMM over overlapping rows
         ggml_tensor * xp = ggml_get_rows(ctx, x, pad_idx);
-        const int64_t h = x->ne[0], k = 2 * w.down_stride;
-        ggml_tensor * wd = ggml_reshape_4d(ctx, w.downsample, w.downsample->ne[0], h * k, 1, w.downsample->ne[3]);
-        x = named(conv_gemm(ctx, overlapping_rows(ctx, xp, h * k, n_out, w.down_stride * xp->nb[1]), wd, n_out, nullptr,
-                            nullptr),
-                  "ce.down");
+        const int64_t k = 2 * w.down_stride;
+        x = named(ops.conv(xp, w.downsample, n_out, nullptr, nullptr, k, w.down_stride), "ce.down");
         ggml_tensor * codes = nullptr;
         ggml_tensor * sem = nearest(ggml_mul_mat(ctx, w.sem_in, x), w.sem_codebooks[0]);
         codes = named(sem, "ce.codes.0");
@@ -204,7 +210,7 @@ std::vector<int32_t> Session::encode(const std::vector<float> & samples) {
     for (int64_t i = 0; i < N; ++i) {
         if (!std::isfinite(samples[i])) fail("encode: sample %lld is not finite", static_cast<long long>(i));
     }
-    EncoderState st(w, cpu_);
+    EncoderState st(w, codec_backend());
     const int64_t h = w.tfm.hp.n_embd, chunk = kChunkFrames * hop, sub = hop / w.down_stride;
     std::vector<float> emb;  // [T25, h] row-major
     for (int64_t a = 0; a < N; a += chunk) {
@@ -213,7 +219,7 @@ std::vector<int32_t> Session::encode(const std::vector<float> & samples) {
         ggml_cgraph * gf = run(
             [&](ggml_context * ctx, ggml_cgraph * graph) {
                 ggml_tensor * x = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, n), "ce.wav");
-                ConvStackBuilder b{ctx, graph, w, st, last};
+                ConvStackBuilder b{ctx, graph, w, st, last, codec_ops(ctx)};
                 return b.build(x);
             },
             [&](ggml_cgraph * graph) {
@@ -237,7 +243,7 @@ std::vector<int32_t> Session::encode(const std::vector<float> & samples) {
             ggml_tensor * p = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T), "ce.pos");
             ggml_tensor * pi = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, static_cast<int64_t>(pad_idx.size())),
                                      "ce.pad_idx");
-            QuantizerBuilder b{ctx, graph, w};
+            QuantizerBuilder b{ctx, graph, w, codec_ops(ctx)};
             return b.build(e, p, pi, n_out);
         },
         [&](ggml_cgraph * graph) {

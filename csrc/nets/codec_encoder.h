@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "runtime/codec_ops.h"
 #include "runtime/graph.h"
 #include "runtime/transformer.h"
 
@@ -38,6 +39,8 @@ struct CodecEncoder {
 };
 
 void load_codec_encoder(GgufFile & f, const Vocoder & dec, CodecEncoder & e);
+// Every panel weight with its stride, for the portable path's copies (runtime/codec_ops.h).
+void codec_encoder_convs(const CodecEncoder & e, std::vector<PanelConv> & out);
 
 // The encoder runs its causal conv stack chunk by chunk (codec_encoder.cpp), each conv reading
 // the last input rows of the chunk before.

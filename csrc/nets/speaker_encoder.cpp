@@ -1,13 +1,13 @@
 // The speaker encoder's graph (docs/model.md, "Speaker encoder"). Activations are channel-fastest (ne = [C, T]);
-// the time-distributed convolutions are conv-GEMM custom ops (ops/conv_gemm.h) over reflect-padded
-// inputs built with one get_rows each, the statistics over time a custom op (ops/time_stats.h).
+// the time-distributed convolutions (ops/conv_gemm.h on the native path) run over reflect-padded
+// inputs built with one get_rows each; they and the statistics over time (ops/time_stats.h) come
+// from CodecOps, which picks the native or the portable form (runtime/codec_ops.h).
 #include "nets/speaker_encoder.h"
 
 #include <string>
 #include <vector>
 
-#include "ops/conv_gemm.h"
-#include "ops/time_stats.h"
+#include "runtime/codec_ops.h"
 #include "runtime/error.h"
 #include "runtime/graph.h"
 #include "runtime/gguf_file.h"
@@ -77,11 +77,21 @@ void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoder & s) {
     s.fc_b = f.tensor(tn::SPK_FC_B, {s.embd}, WeightKind::F32);
 }
 
+void speaker_encoder_convs(const SpeakerEncoder & s, std::vector<PanelConv> & out) {
+    for (const ggml_tensor * t : {s.conv0, s.mfa, s.asp_tdnn, s.asp_conv}) out.push_back({t, 1});
+    for (const SpeakerEncoder::Block & b : s.blocks) {
+        out.push_back({b.tdnn1, 1});
+        out.push_back({b.tdnn2, 1});
+        for (const ggml_tensor * t : b.res2net) out.push_back({t, 1});
+    }
+}
+
 namespace {
 
 struct SpeakerBuilder {
     ggml_context * ctx;
     const SpeakerEncoder & w;
+    CodecOps ops;
     int64_t T;
     std::vector<int> pads;  // reflect pads used, one index input per pad ("se.reflect.<p>")
 
@@ -99,7 +109,7 @@ struct SpeakerBuilder {
     }
 
     ggml_tensor * conv(ggml_tensor * x, ggml_tensor * wt, ggml_tensor * b, int k, int d) {
-        return ggml_relu(ctx, conv_gemm(ctx, reflect(x, (k - 1) * d / 2), wt, T, b, nullptr));
+        return ggml_relu(ctx, ops.conv(reflect(x, (k - 1) * d / 2), wt, T, b, nullptr));
     }
 
     ggml_tensor * block(ggml_tensor * x, int b) {
@@ -109,16 +119,18 @@ struct SpeakerBuilder {
         // concatenation; chunk i is read (into chunk i+1's input) before it is overwritten
         ggml_tensor * u = conv(x, blk.tdnn1, blk.tdnn1_b, 1, 1);
         const int64_t sub = u->ne[0] / scale;
-        ggml_tensor * cat = u;
+        ggml_tensor * cat = ops.portable ? ggml_view_2d(ctx, u, sub, T, u->nb[1], 0) : u;
         ggml_tensor * y = nullptr;
         for (int i = 1; i < scale; ++i) {
             ggml_tensor * c = ggml_view_2d(ctx, u, sub, T, u->nb[1], i * sub * sizeof(float));
             y = conv(i == 1 ? c : ggml_add(ctx, c, y), blk.res2net[i - 1], blk.res2net_b[i - 1], k, d);
-            cat = ggml_set_2d_inplace(ctx, cat, y, u->nb[1], i * sub * sizeof(float));
+            // not every GPU backend has ggml_set: the portable graph concatenates
+            cat = ops.portable ? ggml_concat(ctx, cat, y, 0)
+                               : ggml_set_2d_inplace(ctx, cat, y, u->nb[1], i * sub * sizeof(float));
         }
         ggml_tensor * v = conv(cat, blk.tdnn2, blk.tdnn2_b, 1, 1);
         // squeeze-excitation: channel gates from the time average
-        ggml_tensor * mean = ggml_view_2d(ctx, time_stats(ctx, v, nullptr), v->ne[0], 1, v->nb[1], 0);
+        ggml_tensor * mean = ggml_view_2d(ctx, ops.time_stats(v, nullptr), v->ne[0], 1, v->nb[1], 0);
         ggml_tensor * s = ggml_relu(ctx, linear(ctx, mean, blk.se1, blk.se1_b));
         s = ggml_sigmoid(ctx, linear(ctx, s, blk.se2, blk.se2_b));
         return named(ggml_add(ctx, ggml_mul(ctx, v, s), x), "se.block%d", b);
@@ -135,11 +147,11 @@ struct SpeakerBuilder {
         // attentive statistics pooling; the attention TDNN's input [x; mean; std] splits into x and
         // the time-constant statistics, which add one column
         const int64_t C = x->ne[0];
-        ggml_tensor * stats = ggml_reshape_2d(ctx, time_stats(ctx, x, nullptr), 2 * C, 1);
+        ggml_tensor * stats = ggml_reshape_2d(ctx, ops.time_stats(x, nullptr), 2 * C, 1);
         ggml_tensor * col = linear(ctx, stats, w.asp_tdnn_stats, w.asp_tdnn_b);
-        ggml_tensor * a = ggml_tanh(ctx, ggml_relu(ctx, ggml_add(ctx, conv_gemm(ctx, x, w.asp_tdnn, T, nullptr, nullptr), col)));
-        a = named(conv_gemm(ctx, a, w.asp_conv, T, w.asp_conv_b, nullptr), "se.asp_logits");
-        ggml_tensor * pooled = named(ggml_reshape_2d(ctx, time_stats(ctx, x, a), 2 * C, 1), "se.pooled");
+        ggml_tensor * a = ggml_tanh(ctx, ggml_relu(ctx, ggml_add(ctx, ops.conv(x, w.asp_tdnn, T, nullptr, nullptr), col)));
+        a = named(ops.conv(a, w.asp_conv, T, w.asp_conv_b, nullptr), "se.asp_logits");
+        ggml_tensor * pooled = named(ggml_reshape_2d(ctx, ops.time_stats(x, a), 2 * C, 1), "se.pooled");
         return named(linear(ctx, pooled, w.fc, w.fc_b), "se.xvector");
     }
 };
@@ -165,7 +177,7 @@ std::vector<float> Session::speaker_embed(const std::vector<float> & mel, int64_
     ggml_cgraph * gf = run(
         [&](ggml_context * ctx, ggml_cgraph *) {
             ggml_tensor * x = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w.mel_dim, n_frames), "se.mel");
-            SpeakerBuilder b{ctx, w, n_frames, {}};
+            SpeakerBuilder b{ctx, w, codec_ops(ctx), n_frames, {}};
             ggml_tensor * out = b.build(x);
             pads = b.pads;
             return out;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ggml.h"
+#include "runtime/codec_ops.h"
 
 namespace qtts {
 
@@ -37,5 +38,7 @@ struct SpeakerEncoder {
 
 // talker_width: the x-vector fills one talker input position.
 void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoder & s);
+// Every panel weight, for the portable path's copies (runtime/codec_ops.h).
+void speaker_encoder_convs(const SpeakerEncoder & s, std::vector<PanelConv> & out);
 
 }  // namespace qtts

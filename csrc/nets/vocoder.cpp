@@ -1,6 +1,7 @@
 // The vocoder's loader, its graph and the Session calls that run it (docs/model.md, "Vocoder"). Activations are
-// channel-fastest (ne = [C, T]); the convolutions are conv_gemm custom ops over panel-packed
-// weights, SnakeBeta a custom op that also writes the next conv's left context (ops/snake_beta.h).
+// channel-fastest (ne = [C, T]); the convolutions and SnakeBeta come from CodecOps: on the native
+// path conv_gemm over panel-packed weights and a SnakeBeta op that also writes the next conv's
+// left context (ops/snake_beta.h), on the portable path their stock-op forms (ops/stock.h).
 //
 // A graph decodes n frames of one segment (one reference chunk) from the segment's carried
 // state and updates that state in place: each conv's last input rows are copied back, and the
@@ -15,8 +16,7 @@
 
 #include "nets/code_predictor.h"
 #include "nets/talker.h"
-#include "ops/conv_gemm.h"
-#include "ops/snake_beta.h"
+#include "runtime/codec_ops.h"
 #include "runtime/error.h"
 #include "runtime/gguf_file.h"
 #include "runtime/loader.h"
@@ -129,6 +129,20 @@ void load_vocoder(GgufFile & f, const Talker & t, const CodePredictor & cp, Voco
     c.out_conv_b = f.tensor(tn::DEC_OUT_CONV_B, {1}, WeightKind::F32);
 }
 
+void vocoder_convs(const Vocoder & c, std::vector<PanelConv> & out) {
+    for (const ggml_tensor * t : {c.pre_conv, c.voc_in, c.out_conv}) out.push_back({t, 1});
+    for (const Vocoder::Upsample & u : c.upsample) {
+        for (const ggml_tensor * t : {u.conv, u.pw1, u.pw2}) out.push_back({t, 1});
+    }
+    for (const Vocoder::VocBlock & b : c.voc) {
+        out.push_back({b.up, 1});
+        for (const Vocoder::Residual & r : b.res) {
+            out.push_back({r.conv1, 1});
+            out.push_back({r.conv2, 1});
+        }
+    }
+}
+
 namespace {
 
 struct Builder {
@@ -136,6 +150,7 @@ struct Builder {
     ggml_cgraph * gf;
     const Vocoder & w;
     VocoderState & st;
+    CodecOps ops;
 
     ggml_tensor * with_left(ggml_tensor * x, ggml_tensor * left) {
         ggml_tensor * xp = ggml_concat(ctx, left, x, 1);
@@ -143,7 +158,7 @@ struct Builder {
         return xp;
     }
     ggml_tensor * snake(ggml_tensor * x, const Snake & s, ggml_tensor * left) {
-        ggml_tensor * y = snake_beta(ctx, x, s.exp_alpha, s.inv_beta, left);
+        ggml_tensor * y = ops.snake(x, s.exp_alpha, s.inv_beta, left);
         if (left) keep(ctx, gf, y, left);
         return y;
     }
@@ -173,7 +188,7 @@ struct Builder {
     ggml_tensor * upsample(ggml_tensor * x, int i) {
         const Vocoder::Upsample & u = w.upsample[i];
         const int64_t C = w.latent_dim, n = x->ne[1] * w.upsampling_ratios[i];
-        x = ggml_add(ctx, ggml_reshape_2d(ctx, conv_gemm(ctx, x, u.conv, x->ne[1], nullptr, nullptr), C, n), u.conv_b);
+        x = ggml_add(ctx, ggml_reshape_2d(ctx, ops.conv(x, u.conv, x->ne[1], nullptr, nullptr), C, n), u.conv_b);
         // ConvNeXt: causal depthwise k7 as a sum of shifted rows, then LayerNorm over channels
         ggml_tensor * xp = with_left(x, st.up[i]);
         ggml_tensor * h = nullptr;
@@ -184,7 +199,7 @@ struct Builder {
         }
         h = ggml_add(ctx, h, u.dwconv_b);
         h = ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, h, kConvNextEps), u.norm), u.norm_b);
-        h = conv_gemm(ctx, ggml_gelu_erf(ctx, conv_gemm(ctx, h, u.pw1, n, u.pw1_b, nullptr)), u.pw2, n, u.pw2_b, nullptr);
+        h = ops.conv(ggml_gelu_erf(ctx, ops.conv(h, u.pw1, n, u.pw1_b, nullptr)), u.pw2, n, u.pw2_b, nullptr);
         return named(ggml_add(ctx, x, ggml_mul(ctx, h, u.gamma)), "cd.up%d", i);
     }
 
@@ -193,16 +208,16 @@ struct Builder {
     ggml_tensor * voc_block(ggml_tensor * x, int b) {
         const Vocoder::VocBlock & blk = w.voc[b];
         const int64_t n = x->ne[1], r = w.upsample_rates[b], C = w.decoder_dim >> (b + 1);
-        ggml_tensor * y = conv_gemm(ctx, snake(x, blk.snake, st.blocks[b].up), blk.up, n + 1, nullptr, nullptr);
+        ggml_tensor * y = ops.conv(snake(x, blk.snake, st.blocks[b].up), blk.up, n + 1, nullptr, nullptr);
         const size_t cb = C * sizeof(float);
         ggml_tensor * cur = ggml_view_3d(ctx, y, C, r, n, cb, y->nb[1], y->nb[1]);  // taps 0..r-1 of frame t
         ggml_tensor * prev = ggml_view_3d(ctx, y, C, r, n, cb, y->nb[1], r * cb);   // taps r..2r-1 of frame t-1
         x = ggml_add(ctx, ggml_reshape_2d(ctx, ggml_add(ctx, cur, prev), C, r * n), blk.up_b);
         for (int j = 0; j < kResidualUnits; ++j) {
             const Vocoder::Residual & u = blk.res[j];
-            ggml_tensor * h = conv_gemm(ctx, snake(x, u.snake1, st.blocks[b].res[j]), u.conv1, r * n, u.conv1_b, nullptr);
+            ggml_tensor * h = ops.conv(snake(x, u.snake1, st.blocks[b].res[j]), u.conv1, r * n, u.conv1_b, nullptr);
             // the block's output is "cd.blk<b>.res2"
-            x = named(conv_gemm(ctx, snake(h, u.snake2, nullptr), u.conv2, r * n, u.conv2_b, x), "cd.blk%d.res%d", b, j);
+            x = named(ops.conv(snake(h, u.snake2, nullptr), u.conv2, r * n, u.conv2_b, x), "cd.blk%d.res%d", b, j);
         }
         return x;
     }
@@ -215,17 +230,18 @@ struct Builder {
         ggml_tensor * mask = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n), "cd.mask");
 
         ggml_tensor * x = with_left(rvq(codes, n), st.pre_conv);
-        x = named(conv_gemm(ctx, x, w.pre_conv, n, w.pre_conv_b, nullptr), "cd.pre_conv");
+        x = named(ops.conv(x, w.pre_conv, n, w.pre_conv_b, nullptr), "cd.pre_conv");
         x = transformer(x, pos, mask, n_kv);
         if (!full) return x;
         for (int i = 0; i < static_cast<int>(w.upsample.size()); ++i) x = upsample(x, i);
-        x = named(conv_gemm(ctx, with_left(x, st.voc_in), w.voc_in, x->ne[1], w.voc_in_b, nullptr), "cd.voc_in");
+        x = named(ops.conv(with_left(x, st.voc_in), w.voc_in, x->ne[1], w.voc_in_b, nullptr), "cd.voc_in");
         for (int b = 0; b < static_cast<int>(w.voc.size()); ++b) x = voc_block(x, b);
-        // 1 output channel: ggml's mul_mat over overlapping rows beats a one-lane GEMM panel
         const int64_t L = x->ne[1], C = x->ne[0];
         ggml_tensor * s = snake(x, w.out_snake, st.out);
-        ggml_tensor * wav = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w.out_conv, kVocKernel * C, 1),
-                                         overlapping_rows(ctx, s, kVocKernel * C, L));
+        // 1 output channel: ggml's mul_mat over overlapping rows beats a one-lane GEMM panel
+        ggml_tensor * wav = ops.portable ? ops.conv(s, w.out_conv, L, nullptr, nullptr)
+                                         : ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w.out_conv, kVocKernel * C, 1),
+                                                        overlapping_rows(ctx, s, kVocKernel * C, L));
         return named(ggml_clamp(ctx, ggml_add(ctx, wav, w.out_conv_b), -1.0f, 1.0f), "cd.wav");
     }
 };
@@ -284,7 +300,7 @@ std::vector<float> Session::codec_run(VocoderState & st, const int32_t * codes, 
     if (n_kv > st.n_ctx) fail("codec decoder: segment of %lld frames exceeds its cache", static_cast<long long>(st.n_past + n));
     ggml_cgraph * gf = run(
         [&](ggml_context * ctx, ggml_cgraph * graph) {
-            Builder b{ctx, graph, w, st};
+            Builder b{ctx, graph, w, st, codec_ops(ctx)};
             ggml_tensor * out = b.build(n, n_kv, full);
             for (const std::string & s : stages) {
                 ggml_tensor * t = ggml_get_tensor(ctx, s.c_str());
@@ -334,7 +350,7 @@ void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std:
         if (start >= f1) break;
         const int slot = static_cast<int>(c % 2);
         if (s.chunk[slot] != c) {
-            if (!s.slot[slot]) s.slot[slot] = std::make_unique<VocoderState>(w, cpu_);
+            if (!s.slot[slot]) s.slot[slot] = std::make_unique<VocoderState>(w, codec_backend());
             s.slot[slot]->reset();
             s.chunk[slot] = c;
         }
@@ -352,7 +368,7 @@ void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std:
 }
 
 void Session::require_cpu_codec(const char * what) const {
-    if (!ggml_backend_buffer_is_host(model_->vocoder.pre_conv->buffer)) {
+    if (model_->ops == OpsPath::native && !ggml_backend_buffer_is_host(model_->vocoder.pre_conv->buffer)) {
         throw EngineError(format("%s needs its weights in host memory, which this model's device did not allow", what),
                           {});
     }
@@ -386,7 +402,7 @@ std::vector<CodecStage> Session::decode_stages(const std::vector<int32_t> & code
     check_codes(model_->vocoder, codes, n);
     if (n < 1 || n > kDecodeChunk) fail("decode_stages takes 1 to %lld frames", static_cast<long long>(kDecodeChunk));
     require_cpu_codec("the codec decoder");
-    VocoderState st(model_->vocoder, cpu_);
+    VocoderState st(model_->vocoder, codec_backend());
     std::vector<CodecStage> got;
     codec_run(st, codes.data(), n, stages, &got, true);
     return got;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "runtime/codec_ops.h"
 #include "runtime/graph.h"
 #include "runtime/transformer.h"
 
@@ -74,6 +75,8 @@ struct Vocoder {
 };
 
 void load_vocoder(GgufFile & f, const Talker & t, const CodePredictor & cp, Vocoder & c);
+// Every panel weight of the vocoder, for the portable path's copies (runtime/codec_ops.h).
+void vocoder_convs(const Vocoder & c, std::vector<PanelConv> & out);
 
 // The carried state of one chunk's decode ("segment"), zero at the segment's first frame.
 class VocoderState {

@@ -322,7 +322,8 @@ void GgufFile::check_complete() const {
     }
 }
 
-std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev, const std::vector<std::string> & host_prefixes) {
+std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
+                                                   const std::function<bool(const char *)> & keep_on_host) {
     GgmlErrorCapture log;  // a buffer the device refuses is an engine failure, with ggml's reasons
     const size_t data_offset = gguf_get_data_offset(gguf_);
     std::vector<ggml_backend_buffer_t> bufs;
@@ -330,13 +331,7 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev, const
     if (n == 0) return bufs;
 
     const bool host = ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
-    auto on_host = [&](const char * name) {
-        if (host) return true;
-        for (const std::string & p : host_prefixes) {
-            if (std::strncmp(name, p.c_str(), p.size()) == 0) return true;
-        }
-        return false;
-    };
+    auto on_host = [&](const char * name) { return host || keep_on_host(name); };
     // host tensors are mapped from the file where the CPU device allows it
     ggml_backend_dev_t cpu = host ? dev : ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     ggml_backend_dev_props props{};

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <set>
@@ -59,9 +60,10 @@ public:
     void check_complete() const;
 
     // Allocate all requested weights on `dev` (mmap on host devices) and fill them; on another
-    // device, tensors whose names start with one of `host_prefixes` stay in host memory.
+    // device, tensors for which `keep_on_host(name)` holds stay in host memory.
     // Returns the buffers, which own the weights' memory.
-    std::vector<ggml_backend_buffer_t> place(ggml_backend_dev_t dev, const std::vector<std::string> & host_prefixes);
+    std::vector<ggml_backend_buffer_t> place(ggml_backend_dev_t dev,
+                                             const std::function<bool(const char *)> & keep_on_host);
 
     ggml_context * meta() const { return meta_; }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 
 #include "runtime/error.h"
 #include "runtime/gguf_file.h"
@@ -49,7 +50,7 @@ ggml_backend_dev_t select_device(const std::string & device) {
     fail("unknown device '%s'; available: auto, cpu, %s", device.c_str(), names.c_str());
 }
 
-Model::Model(const std::string & path_, const std::string & device_name) : path(path_) {
+Model::Model(const std::string & path_, const std::string & device_name, OpsChoice choice) : path(path_) {
     file_ = std::make_unique<GgufFile>(path);
     GgufFile & f = *file_;
     file_size = f.file_size();
@@ -78,17 +79,37 @@ Model::Model(const std::string & path_, const std::string & device_name) : path(
     f.check_complete();
 
     device = select_device(device_name);
-    // The codecs and the speaker encoder run custom CPU ops (csrc/ops): on another
-    // device their weights stay in host memory and their graphs on the CPU backend.
-    buffers_ = f.place(device, {"codec_dec.", "codec_enc.", "spk_enc."});
+    const bool on_cpu = ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    ops = choice == OpsChoice::native || (choice == OpsChoice::automatic && on_cpu) ? OpsPath::native
+                                                                                     : OpsPath::portable;
+    std::vector<PanelConv> convs;
+    vocoder_convs(vocoder, convs);
+    codec_encoder_convs(codec_encoder, convs);
+    if (speaker_encoder) speaker_encoder_convs(*speaker_encoder, convs);
+    std::set<std::string> panels;
+    for (const PanelConv & c : convs) panels.insert(c.panel->name);
+    // Native: the audio networks run custom CPU ops (csrc/ops), so on another device their
+    // weights stay in host memory and their graphs on the CPU backend. Portable: everything goes
+    // to the device but the panels, which are only read here, to make their portable copies.
+    const std::vector<std::string> audio = {"codec_dec.", "codec_enc.", "spk_enc."};
+    buffers_ = f.place(device, [&](const char * name) {
+        if (ops == OpsPath::portable) return panels.count(name) > 0;
+        for (const std::string & p : audio) {
+            if (std::string(name).rfind(p, 0) == 0) return true;
+        }
+        return false;
+    });
+    if (ops == OpsPath::portable) conv_weights.build(convs, device);
     for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);
+    weight_bytes += conv_weights.bytes();
     const std::string dev = ggml_backend_dev_name(device);
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    const bool on_host = cpu && ggml_backend_buffer_is_host(vocoder.pre_conv->buffer);
-    const std::string host = on_host ? ggml_backend_dev_name(cpu) : dev;
-    component_devices["talker"] = component_devices["code_predictor"] = dev;
-    component_devices["codec_decoder"] = component_devices["codec_encoder"] = host;
-    if (speaker_encoder) component_devices["speaker_encoder"] = host;
+    const bool on_host = ops == OpsPath::native && cpu && ggml_backend_buffer_is_host(vocoder.pre_conv->buffer);
+    const std::string audio_dev = (on_host ? ggml_backend_dev_name(cpu) : dev) +
+                                  (ops == OpsPath::native ? "/native" : "/portable");
+    component_devices["talker"] = component_devices["code_predictor"] = dev + "/portable";
+    component_devices["codec_decoder"] = component_devices["codec_encoder"] = audio_dev;
+    if (speaker_encoder) component_devices["speaker_encoder"] = audio_dev;
 }
 
 Model::~Model() {

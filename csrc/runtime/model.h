@@ -15,6 +15,7 @@
 #include "nets/speaker_encoder.h"
 #include "nets/talker.h"
 #include "nets/vocoder.h"
+#include "runtime/codec_ops.h"
 #include "runtime/generate.h"
 
 namespace qtts {
@@ -34,10 +35,14 @@ struct Speaker {
 
 class GgufFile;
 
+// The load option that picks the audio networks' path (runtime/codec_ops.h); automatic = native
+// on a CPU device, portable on any other.
+enum class OpsChoice { automatic, native, portable };
+
 class Model {
 public:
     // device: "auto" (a GPU when libggml offers one, else the CPU), "cpu", or a device name.
-    Model(const std::string & path, const std::string & device);
+    Model(const std::string & path, const std::string & device, OpsChoice ops = OpsChoice::automatic);
     ~Model();
     Model(const Model &) = delete;
     Model & operator=(const Model &) = delete;
@@ -57,9 +62,14 @@ public:
     CodecEncoder codec_encoder;
 
     ggml_backend_dev_t device = nullptr;
-    // component -> device name, so a silently misplaced network shows up
+    // The path of the vocoder, codec encoder and speaker encoder, and the portable path's conv
+    // weights (empty on the native path).
+    OpsPath ops = OpsPath::native;
+    ConvWeights conv_weights;
+    // component -> "<device name>/<path>", so a silently misplaced network shows up; the talker
+    // and code predictor are stock ggml ops only ("portable").
     std::map<std::string, std::string> component_devices;
-    size_t weight_bytes = 0;
+    size_t weight_bytes = 0;  // all weight buffers, conv_weights included
 
     // The loaded weights whose names start with `prefix`, in file order.
     std::vector<const ggml_tensor *> tensors(const std::string & prefix) const;

@@ -91,6 +91,10 @@ bool Session::profile_node(ggml_tensor * t, bool ask, void * self) {
     return true;
 }
 
+CodecOps Session::codec_ops(ggml_context * ctx) const {
+    return {ctx, model_->ops == OpsPath::portable ? &model_->conv_weights : nullptr};
+}
+
 std::string Session::device() const { return ggml_backend_dev_name(model_->device); }
 
 ggml_cgraph * Session::run(const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,

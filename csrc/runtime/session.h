@@ -137,9 +137,14 @@ private:
     KvCache talker_cache_, pred_cache_;
     std::atomic<bool> cancel_{false};
     std::unique_ptr<GenerationState> gen_;
-    // The codecs' custom ops run on the CPU threadpool and read their weights and state from host
-    // memory (the loader keeps those weights there on any device).
+    // On the native path the audio networks' custom ops run on the CPU threadpool and read their
+    // weights and state from host memory (the loader keeps those weights there on any device);
+    // the portable path runs anywhere.
     void require_cpu_codec(const char * what) const;
+    // The ops the audio networks' graphs are built from (runtime/codec_ops.h), and the backend
+    // that holds their carried state: the CPU on the native path, the model's device otherwise.
+    CodecOps codec_ops(ggml_context * ctx) const;
+    ggml_backend_t codec_backend() const { return model_->ops == OpsPath::portable ? backend_ : cpu_; }
     CodecStream codec_stream_;
 };
 

@@ -1,4 +1,5 @@
-"""`qtts-cli bench speed|memory|quality|micro|matmul`: reproducible benchmarks (matmul: bench_matmul.py).
+"""`qtts-cli bench speed|memory|quality|micro|matmul|ops`: reproducible benchmarks (matmul: bench_matmul.py,
+ops: bench_ops.py).
 
 speed, memory and quality run full-size random-weight models. The model is built from a released configuration with random weights (qtts.randmodel, numpy
 only), converted with qtts's converter and quantizer, and cached under $QTTS_CACHE/bench. Every
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bench_matmul
+from . import bench_matmul, bench_ops
 
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
         "forest while the sun goes down behind the hills.")
@@ -369,12 +370,15 @@ def add_parser(sub: Any) -> None:
                            help="quantized weight kernels: the native quantized matmul (default) or ggml's mul_mat")
         p.set_defaults(func=run)
     bench_matmul.add_parser(bs, run)
+    bench_ops.add_parser(bs, TYPES)
+    bs.choices["ops"].set_defaults(func=run)
 
 
 def run(a: argparse.Namespace) -> int:
     runner, fmt = {"speed": (run_speed, format_speed), "memory": (run_memory, format_memory),
                    "quality": (run_quality, format_quality), "micro": (run_micro, format_micro),
-                   "matmul": (bench_matmul.run_matmul, bench_matmul.format_matmul)}[a.bench_command]
+                   "matmul": (bench_matmul.run_matmul, bench_matmul.format_matmul),
+                   "ops": (bench_ops.run_ops, bench_ops.format_ops)}[a.bench_command]
     r = runner(a)
     print(fmt(r))
     if a.json:

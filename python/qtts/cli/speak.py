@@ -19,6 +19,7 @@ from .common import check_writable, load_model
 from .progress import generation_bar
 from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
 from ..convert.hfconfig import GENERATION_DEFAULTS
+from ..runtime.model import OPS
 from ..runtime.text import SPLIT_ABOVE_CHARS
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
 
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
-    model = load_model(args, n_threads=args.threads, device=args.device)
+    model = load_model(args, n_threads=args.threads, device=args.device, ops=args.ops)
     if args.ref_audio is not None:
         voice, clone = clone_voice(model, args)
     elif voice is None and model.variant == "base":
@@ -271,6 +272,9 @@ def add_parser(sub: Any) -> None:
     r = s.add_argument_group("runtime and reporting")
     r.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     r.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
+    r.add_argument("--ops", default="auto", choices=OPS,
+                   help="the audio networks' ops: native CPU kernels or portable stock ggml ops (default: auto, "
+                        "native on the CPU)")
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",
                    help="print a JSON report on stdout (on stderr when the audio goes to stdout)")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .args import CliError, threads as threads_arg, utf8
 from .common import check_input_file, check_writable, load_model
 from .progress import busy
+from ..runtime.model import OPS
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
     from ..runtime.cloning import CloneTimings
@@ -63,7 +64,7 @@ def create(args: argparse.Namespace) -> int:
 
     import soundfile as sf
 
-    model = load_model(args, n_threads=args.threads, device=args.device)
+    model = load_model(args, n_threads=args.threads, device=args.device, ops=args.ops)
     voice, clone = clone_voice(model, args)
     out = voice.save(args.output)
     seconds = sf.info(args.ref_audio).duration  # create_voice read the file: it is audio
@@ -94,6 +95,8 @@ def add_parser(sub: Any) -> None:
     c.add_argument("-o", "--output", required=True, metavar="FILE", help="the voice file to write (e.g. me.qvoice)")
     c.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     c.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
+    c.add_argument("--ops", default="auto", choices=OPS,
+                   help="the encoders' ops: native CPU kernels or portable stock ggml ops (default: auto)")
     c.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
     c.set_defaults(func=create)

@@ -74,8 +74,8 @@ class Engine:
     """The native model, its compute session and their lock. Metadata reads take no lock (the
     model is immutable once loaded); computation goes through `session()`."""
 
-    def __init__(self, path: str, device: str = "auto", n_threads: int = 1) -> None:
-        self._model = core.Model(path, device)
+    def __init__(self, path: str, device: str = "auto", n_threads: int = 1, ops: str = "auto") -> None:
+        self._model = core.Model(path, device, core.Ops.__members__[ops])
         self._session = core.Session(self._model, n_threads)
         self._lock = _EngineLock()
 
@@ -108,6 +108,14 @@ class Engine:
     @property
     def component_devices(self) -> dict[str, str]:
         return dict(self._model.component_devices)
+
+    @property
+    def ops(self) -> str:
+        return str(self._model.ops)
+
+    @property
+    def portable_weight_bytes(self) -> int:
+        return int(self._model.portable_weight_bytes)
 
     @property
     def weight_bytes(self) -> int:

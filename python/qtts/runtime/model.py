@@ -45,6 +45,16 @@ def _check_setting_names(sampling: dict[str, Any]) -> None:
         raise TypeError(f"unexpected argument(s) {', '.join(sorted(unknown))}; sampling settings are "
                         f"{', '.join(SETTINGS)}")
 
+OPS = ("auto", "native", "portable")
+
+
+def check_ops(ops: object) -> None:
+    if not isinstance(ops, str):
+        raise TypeError(f"ops must be a str, got {type(ops).__name__}")
+    if ops not in OPS:
+        raise ValueError(f"ops must be one of {', '.join(OPS)}, got {ops!r}")
+
+
 class Model(QwenTTSCompat):
     """A Qwen3-TTS model loaded from a qtts GGUF file (see `qtts-cli convert`).
 
@@ -54,18 +64,21 @@ class Model(QwenTTSCompat):
     s.set_profiling ...)."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
-                 voice_cache: str | os.PathLike[str] | bool = True):
-        """voice_cache: where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off)."""
+                 voice_cache: str | os.PathLike[str] | bool = True, ops: str = "auto"):
+        """voice_cache: where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off).
+        ops: how the vocoder, codec encoder and speaker encoder run: "native" (custom CPU ops),
+        "portable" (stock ggml ops, on any device) or "auto" (native on the CPU, portable elsewhere)."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         if not isinstance(device, str):
             raise TypeError(f"device must be a str, got {type(device).__name__}")
+        check_ops(ops)
         if n_threads is not None:
             check_int("n_threads", n_threads, 1, MAX_THREADS)
         self.path = Path(path)
         check_gguf_path(self.path)
         self.n_threads = resolve_threads(n_threads)
-        self.engine = Engine(str(self.path), device, self.n_threads)
+        self.engine = Engine(str(self.path), device, self.n_threads, ops)
         self.tokenizer: Tokenizer = Tokenizer.from_data(TokenizerData(*read_tokenizer(str(self.path))))
         self._fingerprint: str | None = None
         if voice_cache is True:
@@ -88,8 +101,15 @@ class Model(QwenTTSCompat):
 
     @property
     def devices(self) -> dict[str, str]:
-        """The device each network's weights live on."""
+        """Where each network runs, as "<device>/<path>" (e.g. "CPU/native"): the device its
+        weights live on and its graph's ops, "native" (custom CPU ops) or "portable" (stock ggml
+        ops; the talker and code predictor have only these)."""
         return self.engine.component_devices
+
+    @property
+    def ops(self) -> str:
+        """The audio networks' path after "auto" was resolved: "native" or "portable"."""
+        return self.engine.ops
 
     @property
     def speakers(self) -> list[str]:
@@ -299,13 +319,15 @@ def check_gguf_path(path: Path) -> None:
 
 
 def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
-         convert_type: str = "q8_0") -> Model:
+         convert_type: str = "q8_0", ops: str = "auto") -> Model:
     """Load a qtts GGUF file, or a Hugging Face repo id such as "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice":
     downloaded into the Hugging Face cache (needs the `hub` extra; HF_HUB_OFFLINE is honoured),
     converted once to `convert_type` in the qtts cache ($QTTS_CACHE, default ~/.cache/qtts) and
-    reused afterwards. n_threads defaults to the physical cores available."""
+    reused afterwards. n_threads defaults to the physical cores available; ops picks the audio
+    networks' path (Model)."""
     from ..convert.registry import is_repo_id, fetch, cache_dir
 
     if is_repo_id(model):
         model = fetch(str(model), cache_dir(), convert_type)
-    return Model(model, n_threads=n_threads, device=device)
+    check_ops(ops)
+    return Model(model, n_threads=n_threads, device=device, ops=ops)

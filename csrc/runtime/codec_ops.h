@@ -1,0 +1,63 @@
+// The two ways the audio networks (vocoder, codec encoder, speaker encoder) run
+// (docs/architecture.md, "Portable graphs"): "native", the custom CPU ops of csrc/ops over the
+// panel-packed weights in host memory, and "portable", the same graphs made of stock ggml ops
+// (ops/stock.h) over weights repacked once at load and placed on the model's device. A net's
+// graph builder calls CodecOps for each of those ops and stays one builder for both paths.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+
+namespace qtts {
+
+enum class OpsPath { native, portable };
+
+// A conv-GEMM panel weight (runtime/loader.h) and the stride it is applied with (1 unless the
+// conv is strided; the kernel must then be a multiple of it).
+struct PanelConv {
+    const ggml_tensor * panel = nullptr;
+    int64_t stride = 1;
+};
+
+// The portable copies of a model's panel weights: panel [P, Cin, K, N/P] with stride g becomes
+// [g*Cin, N, K/g], so that tap j of a stride-g conv over g-row groups is one dense matrix
+// (ops/stock.h). Made once at load; the panels themselves are left untouched.
+class ConvWeights {
+public:
+    ConvWeights() = default;
+    ~ConvWeights();
+    ConvWeights(const ConvWeights &) = delete;
+    ConvWeights & operator=(const ConvWeights &) = delete;
+
+    // Repack every conv in one buffer on `dev`; an EngineError when the device refuses it.
+    void build(const std::vector<PanelConv> & convs, ggml_backend_dev_t dev);
+    // The portable copy of a panel weight (an Error for a panel that has none).
+    ggml_tensor * get(const ggml_tensor * panel) const;
+    size_t bytes() const { return buf_ ? ggml_backend_buffer_get_size(buf_) : 0; }
+
+private:
+    ggml_context * ctx_ = nullptr;
+    ggml_backend_buffer_t buf_ = nullptr;
+    std::map<const ggml_tensor *, ggml_tensor *> copies_;
+};
+
+// The ops an audio graph is built from, on the path chosen at load.
+struct CodecOps {
+    ggml_context * ctx;
+    const ConvWeights * portable;  // null: the native path
+
+    // conv_gemm (ops/conv_gemm.h) over a panel weight; a stride s > 1 reads kernel-k windows
+    // every s rows of xp.
+    ggml_tensor * conv(ggml_tensor * xp, ggml_tensor * panel, int64_t n, ggml_tensor * b, ggml_tensor * res,
+                       int64_t k = 1, int64_t s = 1) const;
+    ggml_tensor * snake(ggml_tensor * x, ggml_tensor * exp_alpha, ggml_tensor * inv_beta, ggml_tensor * left) const;
+    ggml_tensor * elu(ggml_tensor * x, ggml_tensor * left, int64_t pad) const;
+    ggml_tensor * time_stats(ggml_tensor * x, ggml_tensor * logits) const;
+};
+
+}  // namespace qtts
