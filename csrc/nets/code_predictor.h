@@ -33,4 +33,10 @@ inline constexpr const char * kPredLogits = "pred.logits";      // output [vocab
 ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
                                    const KvCache & cache, int step);
 
+// The same step for `lanes` frames in lockstep (runtime/batch.cpp): kPredCode, kPredHidden and the
+// logits have one column per lane; lane b's cache positions start at b * lane_stride.
+ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c,
+                                         const Talker & t, const KvCache & cache, int step, int64_t lanes,
+                                         int64_t lane_stride);
+
 }  // namespace qtts

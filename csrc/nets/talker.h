@@ -50,6 +50,12 @@ ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const T
 ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
                                 const KvCache & cache, int n_past);
 
+// One decode step of B sequences at once (runtime/batch.cpp): sequence b's codes are column b of
+// kTalkerCodes ([B, groups], group-major), its text vector column b of kTalkerText [D, B], its
+// position kTalkerPos[b]; each attends to its own cache window seqs[b]. The outputs are [*, B].
+ggml_tensor * build_talker_step_batch(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
+                                      const std::vector<KvWindow> & seqs);
+
 // P(ids): the text embedding followed by the projection MLP, [D, n].
 ggml_tensor * build_text_embed(ggml_context * ctx, const Talker & t, int64_t n);
 // C(ids): rows of the codec embedding, [D, n].

@@ -75,9 +75,12 @@ public:
     // however its frames are split into pushes.
     std::vector<float> decode(const std::vector<int32_t> & codes, int64_t n);
     // A new stream; its first silent_frames frames only condition the decoder (their samples
-    // are not returned), as the reference frames of an ICL voice.
-    void decode_stream_reset(int64_t silent_frames = 0);
-    std::vector<float> decode_stream_push(const std::vector<int32_t> & codes, int64_t n);
+    // are not returned), as the reference frames of an ICL voice. Streams are independent, each
+    // under its own id (several requests decode at once when batched); 0 always exists.
+    void decode_stream_reset(int64_t silent_frames = 0, int stream = 0);
+    std::vector<float> decode_stream_push(const std::vector<int32_t> & codes, int64_t n, int stream = 0);
+    // Forget a stream and its state (stream 0 is only reset).
+    void decode_stream_close(int stream);
     // Named intermediates ("cd.rvq", "cd.tfm", ...) of one graph over n <= kDecodeChunk frames.
     std::vector<CodecStage> decode_stages(const std::vector<int32_t> & codes, int64_t n,
                                           const std::vector<std::string> & stages);
@@ -103,7 +106,17 @@ public:
     std::map<std::string, double> profile() const { return profile_; }
 
 private:
+    friend class Batch;  // runtime/batch.cpp: the batched loop runs its graphs on this session
     void make_sched();
+    // Validate a generation's inputs, set up its state, size `cache` to the request and prefill it.
+    void init_generation(GenerationState & g, const std::vector<float> & prompt, int n_prompt,
+                         const std::vector<float> & trailing, int n_trailing, const GenerateParams & p,
+                         KvCache & cache);
+    // Sample the next cb0 and check the stop conditions, as the reference: false once stopped.
+    bool next_cb0(GenerationState & g, const std::function<bool()> & cancelled);
+    // The text vector fed with the last emitted frame.
+    const float * step_text(const GenerationState & g) const;
+    TalkerOutput talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx);
     // A generation stopped (or was abandoned): give back what an outsized one grew.
     void end_generation(const GenerationState & g);
 
@@ -140,7 +153,7 @@ private:
     // The codecs' custom ops run on the CPU threadpool and read their weights and state from host
     // memory (the loader keeps those weights there on any device).
     void require_cpu_codec(const char * what) const;
-    CodecStream codec_stream_;
+    std::map<int, CodecStream> codec_streams_;
 };
 
 }  // namespace qtts
