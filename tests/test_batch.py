@@ -108,8 +108,9 @@ def test_batched_codes_equal_alone(request: pytest.FixtureRequest, voices: dict[
 
 
 def test_batch_bad_input(cv: qtts.Model) -> None:
-    with pytest.raises(ValueError, match="max_batch"):
-        cv.engine.batch(0)
+    for bad in (0, 100_000):
+        with pytest.raises(ValueError, match="max_batch"):
+            cv.engine.batch(bad)
     batch = cv.engine.batch(1)
     with cv.engine.session() as s:
         p, cfg = _case(cv, s, TEXTS[1], 1, 5, False, non_streaming_mode=True, speaker="ryan")

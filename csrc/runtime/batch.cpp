@@ -4,6 +4,7 @@
 // lockstep over the slots still going ([Dc, B], one cache lane each).
 #include "runtime/batch.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "nets/code_predictor.h"
@@ -22,6 +23,9 @@ double ms_since(Clock::time_point t0) {
 }
 
 constexpr int kMaxBatch = 256;
+// Bounds on a batched talker step's graph nodes: per layer, and per sequence per layer (its own
+// attention ops); the rest of the graph stays under kOtherNodes.
+constexpr int kNodesPerLayer = 32, kNodesPerSequence = 24, kOtherNodes = 256;
 
 }  // namespace
 
@@ -29,6 +33,11 @@ Batch::Batch(Session & session, int max_batch) : session_(session) {
     if (max_batch < 1 || max_batch > kMaxBatch) fail("max_batch must be in [1, %d], got %d", kMaxBatch, max_batch);
     for (int i = 0; i < max_batch; ++i) slots_.push_back(std::make_unique<Slot>());
     const Model & m = session_.model();
+    const int layers = std::max(m.talker.tfm.hp.n_layer, 1);
+    const int most = ((static_cast<int>(kMaxNodes) - kOtherNodes) / layers - kNodesPerLayer) / kNodesPerSequence;
+    if (max_batch > most) {
+        fail("max_batch %d is more than this model's batched talker step holds (%d sequences)", max_batch, most);
+    }
     pred_cache_.reserve(session_.backend_, m.code_predictor.tfm.hp, m.talker.n_code_groups * max_batch);
 }
 

@@ -18,6 +18,8 @@
 
 namespace qtts {
 
+// Nodes a graph may have.
+inline constexpr size_t kMaxNodes = 8192;
 // Prompt positions per talker prefill graph (Session::talker_prefill).
 inline constexpr int kPrefillChunk = 256;
 // A generation whose context (prompt and frames) went past this many positions gives its KV cache

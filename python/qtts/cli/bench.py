@@ -1,4 +1,4 @@
-"""`qtts-cli bench speed|memory|quality|micro`: reproducible benchmarks on full-size random-weight models.
+"""`qtts-cli bench speed|memory|quality|micro|serve` (serve: qtts.cli.bench_serve): reproducible benchmarks on full-size random-weight models.
 
 The model is built from a released configuration with random weights (qtts.randmodel, numpy
 only), converted with qtts's converter and quantizer, and cached under $QTTS_CACHE/bench. Every
@@ -362,11 +362,17 @@ def add_parser(sub: Any) -> None:
             p.add_argument("--compare-reference", action="store_true",
                            help="run the official qwen-tts (fp32) on the same weights in this run")
         p.set_defaults(func=run)
+    from .bench_serve import add_serve_parser
+
+    add_serve_parser(bs, run)
 
 
 def run(a: argparse.Namespace) -> int:
+    from .bench_serve import format_serve, run_serve
+
     runner, fmt = {"speed": (run_speed, format_speed), "memory": (run_memory, format_memory),
-                   "quality": (run_quality, format_quality), "micro": (run_micro, format_micro)}[a.bench_command]
+                   "quality": (run_quality, format_quality), "micro": (run_micro, format_micro),
+                   "serve": (run_serve, format_serve)}[a.bench_command]
     r = runner(a)
     print(fmt(r))
     if a.json:
@@ -382,6 +388,10 @@ def _main(argv: list[str]) -> None:
         r = reference_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
     elif kind == "quality":
         r = quality_worker(args[2:], int(args[0]), int(args[1]))
+    elif kind == "serve":
+        from .bench_serve import main_worker
+
+        r = main_worker(args)
     else:
         r = memory_worker(args[0], int(args[1]), args[2], args[3] or None)
     print(json.dumps(r))

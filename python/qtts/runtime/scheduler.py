@@ -154,7 +154,10 @@ class Job:
             self._queue.append(item)
             self._cond.notify_all()
             for loop, ready in self._waiters:
-                loop.call_soon_threadsafe(ready.set)
+                try:
+                    loop.call_soon_threadsafe(ready.set)
+                except RuntimeError:  # that consumer's event loop is closed: nobody waits there
+                    pass
 
     def _end(self, error: BaseException | None = None) -> None:
         self._error = error
