@@ -23,8 +23,8 @@ struct CodePredictor {
 
 void load_code_predictor(GgufFile & f, const Talker & t, CodePredictor & c);
 
-inline constexpr const char * kPredHidden = "pred.inp_hidden";  // F32 [D_talker] (prefill)
-inline constexpr const char * kPredCode = "pred.inp_code";      // I32 [1]: cb0 (prefill) or cb_j (step j)
+inline constexpr const char * kPredHidden = "pred.inp_hidden";  // F32 [D_talker, lanes] (prefill)
+inline constexpr const char * kPredCode = "pred.inp_code";      // I32 [lanes]: cb0 (prefill) or cb_j (step j)
 inline constexpr const char * kPredPos = "pred.inp_pos";        // I32 [n]
 inline constexpr const char * kPredLogits = "pred.logits";      // output [vocab]
 

@@ -32,8 +32,8 @@ void load_talker(GgufFile & f, Talker & t);
 
 // Graph input names, filled by the session after allocation.
 inline constexpr const char * kTalkerEmbd = "talker.inp_embd";   // F32 [D, n] (prefill)
-inline constexpr const char * kTalkerCodes = "talker.inp_codes"; // I32 [n_code_groups] (step)
-inline constexpr const char * kTalkerText = "talker.inp_text";   // F32 [D] (step)
+inline constexpr const char * kTalkerCodes = "talker.inp_codes"; // I32 [B, n_code_groups] (step)
+inline constexpr const char * kTalkerText = "talker.inp_text";   // F32 [D, B] (step)
 inline constexpr const char * kTalkerPos = "talker.inp_pos";     // I32 [n]
 inline constexpr const char * kTalkerHidden = "talker.hidden";   // output: normed last hidden [D]
 inline constexpr const char * kTalkerLogits = "talker.logits";   // output: codec logits [vocab]
