@@ -13,6 +13,7 @@ void bind_params(pybind11::module_ & m);   // SamplingParams, GenerateParams, Ge
 void bind_model(pybind11::module_ & m);    // Model
 void bind_session(pybind11::module_ & m);  // Session
 void bind_tools(pybind11::module_ & m);    // read_tokenizer, sample_tokens, quantize, devices, ...
+void bind_batch(pybind11::module_ & m);   // Batch (continuous batching)
 void bind_ops(pybind11::module_ & m);      // the ops submodule: custom ops one at a time, SIMD path (tests)
 
 using FloatRows = pybind11::array_t<float, pybind11::array::c_style | pybind11::array::forcecast>;

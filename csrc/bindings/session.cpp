@@ -185,11 +185,22 @@ void bind_session(py::module_ & m) {
                  return out;
              },
              py::arg("samples"), "Codes [ceil(n / hop), n_quantizers] of 24 kHz samples (the codec encoder).")
-        .def("decode_stream_reset", &Session::decode_stream_reset, py::arg("silent_frames") = 0,
-             "Start a new codec stream; the first silent_frames frames give no samples.")
+        .def("decode_stream_reset", &Session::decode_stream_reset, py::arg("silent_frames") = 0, py::arg("stream") = 0,
+             "Start a new codec stream (under its id); the first silent_frames frames give no samples.")
         .def("decode_stream_push",
-             [](Session & s, const py::array & codes) { return run_codec(s, codes, &Session::decode_stream_push); },
-             py::arg("codes"), "The samples of the next frames of the stream, [n * hop].")
+             [](Session & s, const py::array & codes, int stream) {
+                 int64_t n = 0;
+                 std::vector<int32_t> c = code_rows(codes, s.model().vocoder.n_quantizers, &n);
+                 std::vector<float> out;
+                 {
+                     py::gil_scoped_release release;
+                     out = s.decode_stream_push(c, n, stream);
+                 }
+                 return samples(out);
+             },
+             py::arg("codes"), py::arg("stream") = 0, "The samples of the next frames of the stream, [n * hop].")
+        .def("decode_stream_close", &Session::decode_stream_close, py::arg("stream"),
+             "Forget a codec stream and its state.")
         .def("decode_stages",
              [](Session & s, const py::array & codes, const std::vector<std::string> & names) {
                  int64_t n = 0;

@@ -25,28 +25,39 @@ void load_code_predictor(GgufFile & f, const Talker & t, CodePredictor & c) {
 
 ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
                                    const KvCache & cache, int step) {
-    ggml_tensor * code = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1), kPredCode);
+    return build_predictor_step_batch(ctx, gf, c, t, cache, step, 1, 0);
+}
+
+ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c,
+                                         const Talker & t, const KvCache & cache, int step, int64_t lanes,
+                                         int64_t lane_stride) {
+    ggml_tensor * code = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, lanes), kPredCode);
     ggml_tensor * x;
     if (step == 0) {
-        ggml_tensor * h = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), 1), kPredHidden);
-        x = ggml_concat(ctx, h, ggml_get_rows(ctx, t.codec_embd, code), 1);
+        // per lane the two positions [h, C(cb0)]
+        const int64_t d = t.n_embd();
+        ggml_tensor * h = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d, lanes), kPredHidden);
+        ggml_tensor * e = ggml_get_rows(ctx, t.codec_embd, code);
+        x = ggml_concat(ctx, ggml_reshape_3d(ctx, h, d, 1, lanes), ggml_reshape_3d(ctx, e, d, 1, lanes), 1);
+        x = ggml_reshape_2d(ctx, x, d, 2 * lanes);
     } else {
         x = ggml_get_rows(ctx, c.codec_embd[step - 1], code);
     }
     // small_to_mtp_projection; absent (identity) when the predictor is as wide as the talker.
     if (c.mtp_proj) x = linear(ctx, x, c.mtp_proj, c.mtp_proj_b);
     x = named(x, "pred.inp_embd");
-    const int64_t n = x->ne[1];
-    ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), kPredPos);
+    const int64_t n_all = x->ne[1], n = n_all / lanes;
+    ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_all), kPredPos);
     const int n_past = step == 0 ? 0 : step + 1;
-    const KvWindow kv{&cache.k, &cache.v, n_past, n_past + n};
+    const KvWindow kv{&cache.k, &cache.v, n_past, n_past + n, lanes, lane_stride};
     StackOptions o;
     o.prefix = "pred";
     o.kv = &kv;
     x = transformer_stack(ctx, gf, x, pos, c.tfm, o);
-    x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n - 1) * x->nb[1]);
+    // each lane's last position
+    x = ggml_view_2d(ctx, x, x->ne[0], lanes, n * x->nb[1], (n - 1) * x->nb[1]);
+    if (n > 1 && lanes > 1) x = ggml_cont(ctx, x);
     x = named(rms_norm(ctx, x, c.output_norm, c.tfm.hp.eps), "pred.hidden");
     return named(matmul(ctx, c.lm_head[step], x), "%s", kPredLogits);
 }
-
 }  // namespace qtts

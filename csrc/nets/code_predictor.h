@@ -23,8 +23,8 @@ struct CodePredictor {
 
 void load_code_predictor(GgufFile & f, const Talker & t, CodePredictor & c);
 
-inline constexpr const char * kPredHidden = "pred.inp_hidden";  // F32 [D_talker] (prefill)
-inline constexpr const char * kPredCode = "pred.inp_code";      // I32 [1]: cb0 (prefill) or cb_j (step j)
+inline constexpr const char * kPredHidden = "pred.inp_hidden";  // F32 [D_talker, lanes] (prefill)
+inline constexpr const char * kPredCode = "pred.inp_code";      // I32 [lanes]: cb0 (prefill) or cb_j (step j)
 inline constexpr const char * kPredPos = "pred.inp_pos";        // I32 [n]
 inline constexpr const char * kPredLogits = "pred.logits";      // output [vocab]
 
@@ -32,5 +32,11 @@ inline constexpr const char * kPredLogits = "pred.logits";      // output [vocab
 // at position 1 + j and gives cb_{j+1} through lm_head[j].
 ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
                                    const KvCache & cache, int step);
+
+// The same step for `lanes` frames in lockstep (runtime/batch.cpp): kPredCode, kPredHidden and the
+// logits have one column per lane; lane b's cache positions start at b * lane_stride.
+ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c,
+                                         const Talker & t, const KvCache & cache, int step, int64_t lanes,
+                                         int64_t lane_stride);
 
 }  // namespace qtts

@@ -36,6 +36,13 @@ void load_talker(GgufFile & f, Talker & t) {
 
 namespace {
 
+// The final norm and the codec head over the positions given.
+ggml_tensor * talker_head(ggml_context * ctx, const Talker & t, ggml_tensor * x) {
+    ggml_tensor * h = named(rms_norm(ctx, x, t.output_norm, t.tfm.hp.eps), "%s", kTalkerHidden);
+    ggml_set_output(h);
+    return named(matmul(ctx, t.codec_head, h), "%s", kTalkerLogits);
+}
+
 // The transformer, then only the last position goes through the final norm and the head.
 ggml_tensor * talker_body(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const KvCache & cache,
                           ggml_tensor * x, int n_past) {
@@ -46,10 +53,18 @@ ggml_tensor * talker_body(ggml_context * ctx, ggml_cgraph * gf, const Talker & t
     o.prefix = "talker";
     o.kv = &kv;
     x = transformer_stack(ctx, gf, x, pos, t.tfm, o);
-    x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n - 1) * x->nb[1]);
-    ggml_tensor * h = named(rms_norm(ctx, x, t.output_norm, t.tfm.hp.eps), "%s", kTalkerHidden);
-    ggml_set_output(h);
-    return named(matmul(ctx, t.codec_head, h), "%s", kTalkerLogits);
+    return talker_head(ctx, t, ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], (n - 1) * x->nb[1]));
+}
+
+// C(cb0) + sum_g CPE_{g-1}(cb_g) + text for n frames: codes [n, groups] group-major, text [D, n].
+ggml_tensor * step_embedding(ggml_context * ctx, const Talker & t, const CodePredictor & cp, int64_t n) {
+    const int groups = t.n_code_groups;
+    ggml_tensor * codes = input(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n, groups), kTalkerCodes);
+    ggml_tensor * text = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), n), kTalkerText);
+    auto code = [&](int g) { return ggml_view_1d(ctx, codes, n, g * codes->nb[1]); };
+    ggml_tensor * x = ggml_get_rows(ctx, t.codec_embd, code(0));
+    for (int g = 1; g < groups; ++g) x = ggml_add(ctx, x, ggml_get_rows(ctx, cp.codec_embd[g - 1], code(g)));
+    return named(ggml_add(ctx, x, text), "talker.step_embd");
 }
 
 }  // namespace
@@ -62,14 +77,18 @@ ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const T
 
 ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
                                 const KvCache & cache, int n_past) {
-    const int groups = t.n_code_groups;
-    ggml_tensor * codes = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, groups), kTalkerCodes);
-    ggml_tensor * text = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), 1), kTalkerText);
-    auto code = [&](int g) { return ggml_view_1d(ctx, codes, 1, g * codes->nb[0]); };
-    ggml_tensor * x = ggml_get_rows(ctx, t.codec_embd, code(0));
-    for (int g = 1; g < groups; ++g) x = ggml_add(ctx, x, ggml_get_rows(ctx, cp.codec_embd[g - 1], code(g)));
-    x = named(ggml_add(ctx, x, text), "talker.step_embd");
-    return talker_body(ctx, gf, t, cache, x, n_past);
+    return talker_body(ctx, gf, t, cache, step_embedding(ctx, t, cp, 1), n_past);
+}
+
+ggml_tensor * build_talker_step_batch(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
+                                      const std::vector<KvWindow> & seqs) {
+    const int64_t n = static_cast<int64_t>(seqs.size());
+    ggml_tensor * x = step_embedding(ctx, t, cp, n);
+    ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), kTalkerPos);
+    StackOptions o;
+    o.prefix = "talker";
+    o.seqs = &seqs;
+    return talker_head(ctx, t, transformer_stack(ctx, gf, x, pos, t.tfm, o));
 }
 
 ggml_tensor * build_text_embed(ggml_context * ctx, const Talker & t, int64_t n) {

@@ -32,8 +32,8 @@ void load_talker(GgufFile & f, Talker & t);
 
 // Graph input names, filled by the session after allocation.
 inline constexpr const char * kTalkerEmbd = "talker.inp_embd";   // F32 [D, n] (prefill)
-inline constexpr const char * kTalkerCodes = "talker.inp_codes"; // I32 [n_code_groups] (step)
-inline constexpr const char * kTalkerText = "talker.inp_text";   // F32 [D] (step)
+inline constexpr const char * kTalkerCodes = "talker.inp_codes"; // I32 [B, n_code_groups] (step)
+inline constexpr const char * kTalkerText = "talker.inp_text";   // F32 [D, B] (step)
 inline constexpr const char * kTalkerPos = "talker.inp_pos";     // I32 [n]
 inline constexpr const char * kTalkerHidden = "talker.hidden";   // output: normed last hidden [D]
 inline constexpr const char * kTalkerLogits = "talker.logits";   // output: codec logits [vocab]
@@ -49,6 +49,12 @@ ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const T
 // vector, with the code predictor's un-projected tables (docs/model.md, "Talker").
 ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
                                 const KvCache & cache, int n_past);
+
+// One decode step of B sequences at once (runtime/batch.cpp): sequence b's codes are column b of
+// kTalkerCodes ([B, groups], group-major), its text vector column b of kTalkerText [D, B], its
+// position kTalkerPos[b]; each attends to its own cache window seqs[b]. The outputs are [*, B].
+ggml_tensor * build_talker_step_batch(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
+                                      const std::vector<KvWindow> & seqs);
 
 // P(ids): the text embedding followed by the projection MLP, [D, n].
 ggml_tensor * build_text_embed(ggml_context * ctx, const Talker & t, int64_t n);

@@ -383,18 +383,33 @@ std::vector<float> Session::decode(const std::vector<int32_t> & codes, int64_t n
     return out;
 }
 
-void Session::decode_stream_reset(int64_t silent_frames) {
+void Session::decode_stream_reset(int64_t silent_frames, int stream) {
     if (silent_frames < 0) fail("decode_stream_reset: silent_frames must be >= 0");
-    codec_stream_.n_frames = 0;
-    codec_stream_.silent_until = silent_frames;
-    codec_stream_.chunk[0] = codec_stream_.chunk[1] = -1;
+    if (stream < 0) fail("decode stream ids are >= 0, got %d", stream);
+    CodecStream & s = codec_streams_[stream];
+    s.n_frames = 0;
+    s.silent_until = silent_frames;
+    s.chunk[0] = s.chunk[1] = -1;
 }
 
-std::vector<float> Session::decode_stream_push(const std::vector<int32_t> & codes, int64_t n) {
+std::vector<float> Session::decode_stream_push(const std::vector<int32_t> & codes, int64_t n, int stream) {
     check_codes(model_->vocoder, codes, n);
+    auto it = codec_streams_.find(stream);
+    if (it == codec_streams_.end()) {
+        if (stream != 0) fail("decode stream %d was not started (decode_stream_reset first)", stream);
+        it = codec_streams_.emplace(0, CodecStream{}).first;
+    }
     std::vector<float> out;
-    codec_push(codec_stream_, codes.data(), n, out);
+    codec_push(it->second, codes.data(), n, out);
     return out;
+}
+
+void Session::decode_stream_close(int stream) {
+    if (stream == 0) {
+        decode_stream_reset(0, 0);
+    } else if (codec_streams_.erase(stream) == 0) {
+        fail("decode stream %d is not open", stream);
+    }
 }
 
 std::vector<CodecStage> Session::decode_stages(const std::vector<int32_t> & codes, int64_t n,

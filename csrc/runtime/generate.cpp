@@ -34,11 +34,15 @@ TalkerOutput talker_output(ggml_cgraph * gf) {
 }  // namespace
 
 TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n, int n_ctx) {
+    return talker_prefill(talker_cache_, embd, n, n_ctx);
+}
+
+TalkerOutput Session::talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx) {
     const Talker & t = model_->talker;
     if (n < 1 || embd.size() != static_cast<size_t>(n) * t.n_embd()) {
         fail("talker prefill: expected [%d, %d] embeddings, got %zu values", n, t.n_embd(), embd.size());
     }
-    if (talker_cache_.n_ctx() < std::max(n, n_ctx)) talker_cache_.reserve(backend_, t.tfm.hp, std::max(n, n_ctx));
+    if (cache.n_ctx() < std::max(n, n_ctx)) cache.reserve(backend_, t.tfm.hp, std::max(n, n_ctx));
     // Chunks of prefill_chunk_ positions, each attending to the cache so far: the attention
     // scores of a chunk are [n_past + chunk, chunk, heads], linear in the prompt rather than
     // quadratic. Each row is the same dot products and softmax over the keys it sees as in one
@@ -49,7 +53,7 @@ TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n, int
         const int c = std::min(prefill_chunk_, n - n_past);
         const std::vector<int32_t> pos = positions(n_past, c);
         gf = run([&](ggml_context * ctx, ggml_cgraph * g) {
-                     return build_talker_prefill(ctx, g, t, talker_cache_, n_past, c);
+                     return build_talker_prefill(ctx, g, t, cache, n_past, c);
                  },
                  [&](ggml_cgraph * g) {
                      set_input(g, kTalkerEmbd, embd.data() + n_past * d, c * d * sizeof(float));
@@ -105,8 +109,9 @@ void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32
     }
 }
 
-void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
-                             int n_trailing, const GenerateParams & p) {
+void Session::init_generation(GenerationState & g, const std::vector<float> & prompt, int n_prompt,
+                              const std::vector<float> & trailing, int n_trailing, const GenerateParams & p,
+                              KvCache & cache) {
     const Model & m = *model_;
     const int d = m.talker.n_embd(), groups = m.talker.n_code_groups;
     if (p.max_new_tokens < 1) fail("max_new_tokens must be at least 1, got %d", p.max_new_tokens);
@@ -117,63 +122,75 @@ void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, co
     if (m.codec_ids.eos < 0 || m.codec_ids.eos >= m.talker.codec_vocab) {
         fail("codec EOS id %d is outside the codec vocabulary", m.codec_ids.eos);
     }
-    if (gen_ && gen_->total.stop_reason.empty()) end_generation(*gen_);  // abandoned, as a closed stream
-    gen_.reset();
-    auto g = std::make_unique<GenerationState>();
-    g->p = p;
-    g->rng.seed(p.seed);
-    g->trailing = trailing;
-    g->pad = text_embed({m.text_ids.pad});
-    g->n_prompt = n_prompt;
-    g->n_trailing = n_trailing;
+    g.p = p;
+    g.rng.seed(p.seed);
+    g.trailing = trailing;
+    g.pad = text_embed({m.text_ids.pad});
+    g.n_prompt = n_prompt;
+    g.n_trailing = n_trailing;
     // The reference suppresses the top kSuppressedIds ids whatever the vocabulary (docs/model.md,
     // "Sampling and stopping").
-    g->suppress_begin = m.talker.codec_vocab - kSuppressedIds;
-    g->frame.resize(groups);
+    g.suppress_begin = m.talker.codec_vocab - kSuppressedIds;
+    g.frame.resize(groups);
     // Positions used: the prompt, then one per fed frame (at most max_new_tokens - 1, and at most
     // the budget): the cache is sized to this request, not to a fixed maximum.
     int max_fed = p.max_new_tokens - 1;
     if (p.frame_budget > 0) max_fed = std::min(max_fed, p.frame_budget);
-    talker_cache_.reserve(backend_, m.talker.tfm.hp, n_prompt + std::max(max_fed, 1));
-    pred_cache_.reserve(backend_, m.code_predictor.tfm.hp, groups);
-    cancel_.store(false);
+    cache.reserve(backend_, m.talker.tfm.hp, n_prompt + std::max(max_fed, 1));
     auto t0 = Clock::now();
-    g->out = talker_prefill(prompt, n_prompt);
-    g->total.prefill_ms = ms_since(t0);
+    g.out = talker_prefill(cache, prompt, n_prompt, 0);
+    g.total.prefill_ms = ms_since(t0);
+}
+
+void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
+                             int n_trailing, const GenerateParams & p) {
+    if (gen_ && gen_->total.stop_reason.empty()) end_generation(*gen_);  // abandoned, as a closed stream
+    gen_.reset();
+    auto g = std::make_unique<GenerationState>();
+    cancel_.store(false);
+    init_generation(*g, prompt, n_prompt, trailing, n_trailing, p, talker_cache_);
+    pred_cache_.reserve(backend_, model_->code_predictor.tfm.hp, model_->talker.n_code_groups);
     gen_ = std::move(g);
+}
+
+bool Session::next_cb0(GenerationState & g, const std::function<bool()> & cancelled) {
+    const int eos = model_->codec_ids.eos;
+    talker_logits_processors(g.out.logits, g.history, g.p.repetition_penalty, eos, g.p.min_new_tokens,
+                             g.suppress_begin);
+    const int32_t cb0 = select_token(g.out.logits, g.p.talker, g.rng);
+    g.history.push_back(cb0);
+    if (cb0 == eos) {
+        g.total.stop_reason = "eos";
+    } else if (static_cast<int>(g.history.size()) >= g.p.max_new_tokens) {
+        g.total.stop_reason = "max_new_tokens";
+    } else if (g.p.frame_budget > 0 && g.total.frames >= g.p.frame_budget) {
+        g.total.stop_reason = "budget";
+    } else if (cancelled()) {
+        g.total.stop_reason = "cancelled";
+    }
+    g.frame[0] = cb0;
+    return g.total.stop_reason.empty();
+}
+
+const float * Session::step_text(const GenerationState & g) const {
+    const int f = g.total.frames - 1;
+    const size_t d = static_cast<size_t>(model_->talker.n_embd());
+    return f < g.n_trailing ? g.trailing.data() + f * d : g.pad.data();
 }
 
 GenerateResult Session::generate_next(int n_frames, const std::function<bool()> & should_stop) {
     if (n_frames < 1) fail("generate_next: n_frames must be at least 1, got %d", n_frames);
     if (!gen_) fail("no generation in progress (call generate_begin first)");
     GenerationState & g = *gen_;
-    const Model & m = *model_;
-    const int d = m.talker.n_embd(), eos = m.codec_ids.eos;
     GenerateResult chunk;
     while (g.total.stop_reason.empty() && chunk.frames < n_frames) {
         if (g.need_step) {
-            const int f = g.total.frames - 1;
-            const float * text = f < g.n_trailing ? g.trailing.data() + static_cast<size_t>(f) * d : g.pad.data();
             auto t0 = Clock::now();
-            g.out = talker_step(g.frame, text, g.n_prompt + f);
+            g.out = talker_step(g.frame, step_text(g), g.n_prompt + g.total.frames - 1);
             g.total.talker_ms += ms_since(t0);
             g.need_step = false;
         }
-        talker_logits_processors(g.out.logits, g.history, g.p.repetition_penalty, eos, g.p.min_new_tokens,
-                                 g.suppress_begin);
-        const int32_t cb0 = select_token(g.out.logits, g.p.talker, g.rng);
-        g.history.push_back(cb0);
-        if (cb0 == eos) {
-            g.total.stop_reason = "eos";
-        } else if (static_cast<int>(g.history.size()) >= g.p.max_new_tokens) {
-            g.total.stop_reason = "max_new_tokens";
-        } else if (g.p.frame_budget > 0 && g.total.frames >= g.p.frame_budget) {
-            g.total.stop_reason = "budget";
-        } else if (cancel_.load() || (should_stop && should_stop())) {
-            g.total.stop_reason = "cancelled";
-        }
-        if (!g.total.stop_reason.empty()) break;
-        g.frame[0] = cb0;
+        if (!next_cb0(g, [&] { return cancel_.load() || (should_stop && should_stop()); })) break;
         auto t0 = Clock::now();
         predict_frame(g.out.hidden, g.frame, g.p.subtalker, g.rng);
         g.total.predictor_ms += ms_since(t0);

@@ -5,8 +5,6 @@
 
 namespace qtts {
 
-static constexpr size_t kMaxNodes = 8192;
-
 static void set_cpu_threads(ggml_backend_t cpu, int n_threads, ggml_threadpool_t * tp) {
     ggml_backend_cpu_set_n_threads(cpu, n_threads);
     // Without a persistent pool (the wheel has no OpenMP) every graph spawns and joins threads.

@@ -18,6 +18,8 @@
 
 namespace qtts {
 
+// Nodes a graph may have.
+inline constexpr size_t kMaxNodes = 8192;
 // Prompt positions per talker prefill graph (Session::talker_prefill).
 inline constexpr int kPrefillChunk = 256;
 // A generation whose context (prompt and frames) went past this many positions gives its KV cache
@@ -75,9 +77,12 @@ public:
     // however its frames are split into pushes.
     std::vector<float> decode(const std::vector<int32_t> & codes, int64_t n);
     // A new stream; its first silent_frames frames only condition the decoder (their samples
-    // are not returned), as the reference frames of an ICL voice.
-    void decode_stream_reset(int64_t silent_frames = 0);
-    std::vector<float> decode_stream_push(const std::vector<int32_t> & codes, int64_t n);
+    // are not returned), as the reference frames of an ICL voice. Streams are independent, each
+    // under its own id (several requests decode at once when batched); 0 always exists.
+    void decode_stream_reset(int64_t silent_frames = 0, int stream = 0);
+    std::vector<float> decode_stream_push(const std::vector<int32_t> & codes, int64_t n, int stream = 0);
+    // Forget a stream and its state (stream 0 is only reset).
+    void decode_stream_close(int stream);
     // Named intermediates ("cd.rvq", "cd.tfm", ...) of one graph over n <= kDecodeChunk frames.
     std::vector<CodecStage> decode_stages(const std::vector<int32_t> & codes, int64_t n,
                                           const std::vector<std::string> & stages);
@@ -103,7 +108,17 @@ public:
     std::map<std::string, double> profile() const { return profile_; }
 
 private:
+    friend class Batch;  // runtime/batch.cpp: the batched loop runs its graphs on this session
     void make_sched();
+    // Validate a generation's inputs, set up its state, size `cache` to the request and prefill it.
+    void init_generation(GenerationState & g, const std::vector<float> & prompt, int n_prompt,
+                         const std::vector<float> & trailing, int n_trailing, const GenerateParams & p,
+                         KvCache & cache);
+    // Sample the next cb0 and check the stop conditions, as the reference: false once stopped.
+    bool next_cb0(GenerationState & g, const std::function<bool()> & cancelled);
+    // The text vector fed with the last emitted frame.
+    const float * step_text(const GenerationState & g) const;
+    TalkerOutput talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx);
     // A generation stopped (or was abandoned): give back what an outsized one grew.
     void end_generation(const GenerationState & g);
 
@@ -145,7 +160,7 @@ private:
     // that holds their carried state: the CPU on the native path, the model's device otherwise.
     CodecOps codec_ops(ggml_context * ctx) const;
     ggml_backend_t codec_backend() const { return model_->ops == OpsPath::portable ? backend_ : cpu_; }
-    CodecStream codec_stream_;
+    std::map<int, CodecStream> codec_streams_;
 };
 
 }  // namespace qtts

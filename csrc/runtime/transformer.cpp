@@ -1,5 +1,6 @@
 #include "runtime/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/conv_gemm.h"
@@ -144,32 +145,54 @@ struct LayerBuilder {
         if (l.k_norm) k = rms_norm(ctx, k, l.k_norm, hp.eps);
         q = named(rope(q), "%s.%d.q", p, il);
         k = named(rope(k), "%s.%d.k", p, il);
+        ggml_tensor * out = nullptr;
+        if (!o.seqs) {
+            out = attend(q, k, v, o.kv, il);
+        } else {
+            auto col = [&](ggml_tensor * a, int64_t b) {
+                return ggml_view_3d(ctx, a, a->ne[0], a->ne[1], 1, a->nb[1], a->nb[2], b * a->nb[2]);
+            };
+            for (int64_t b = 0; b < n; ++b) {
+                ggml_tensor * ob = attend(col(q, b), col(k, b), col(v, b), &(*o.seqs)[b], il);
+                out = out ? ggml_concat(ctx, out, ob, 1) : ob;
+            }
+        }
+        return named(mat(out, l.wo), "%s.%d.attn_out", p, il);
+    }
 
-        // K, V: [hd, n_kv, nkv]; mul_mat broadcasts each KV head over its query-head group in the
-        // order the reference's repeat_kv lays them out.
+    // Softmax attention of q [hd, n_head, n] over the cache window `kv` (k, v written into it
+    // first) or, without one, over k, v themselves; [hd * n_head, n].
+    ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const KvWindow * kv, int il) const {
+        const TransformerHParams & hp = t.hp;
+        const int64_t n_all = q->ne[2], hd = hp.head_dim, nkv = hp.n_head_kv;
+        const int64_t lanes = kv ? kv->lanes : 1, n = n_all / lanes;
+        // K, V: [hd, n_kv, nkv, lanes]; mul_mat broadcasts each KV head over its query-head group
+        // in the order the reference's repeat_kv lays them out.
         ggml_tensor *K, *V;
         int64_t n_past = 0;
-        if (o.kv) {
-            ggml_tensor *ck = (*o.kv->k)[il], *cv = (*o.kv->v)[il];
-            const size_t es = sizeof(float), row = hd * nkv * es;
-            n_past = o.kv->n_past;
-            auto slots = [&](ggml_tensor * c) { return ggml_view_3d(ctx, c, hd, nkv, n, hd * es, row, n_past * row); };
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, k, slots(ck)));
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, v, slots(cv)));
-            K = ggml_view_3d(ctx, ck, hd, o.kv->n_kv, nkv, row, hd * es, 0);
-            V = ggml_view_3d(ctx, cv, hd, o.kv->n_kv, nkv, row, hd * es, 0);
+        if (kv) {
+            ggml_tensor *ck = (*kv->k)[il], *cv = (*kv->v)[il];
+            const size_t es = sizeof(float), row = hd * nkv * es, lane = kv->lane_stride * row;
+            n_past = kv->n_past;
+            auto slots = [&](ggml_tensor * c) {
+                return ggml_view_4d(ctx, c, hd, nkv, n, lanes, hd * es, row, lane, n_past * row);
+            };
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_reshape_4d(ctx, k, hd, nkv, n, lanes), slots(ck)));
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_reshape_4d(ctx, v, hd, nkv, n, lanes), slots(cv)));
+            K = ggml_view_4d(ctx, ck, hd, kv->n_kv, nkv, lanes, row, hd * es, lane, 0);
+            V = ggml_view_4d(ctx, cv, hd, kv->n_kv, nkv, lanes, row, hd * es, lane, 0);
         } else {
             K = ggml_permute(ctx, k, 0, 2, 1, 3);
             V = ggml_permute(ctx, v, 0, 2, 1, 3);
         }
-        ggml_tensor * kq = ggml_mul_mat(ctx, K, ggml_permute(ctx, q, 0, 2, 1, 3));  // [n_kv, n, n_head]
+        q = ggml_permute(ctx, ggml_reshape_4d(ctx, q, hd, hp.n_head, n, lanes), 0, 2, 1, 3);
+        ggml_tensor * kq = ggml_mul_mat(ctx, K, q);  // [n_kv, n, n_head, lanes]
         if (!o.mask && n > 1) kq = ggml_diag_mask_inf(ctx, kq, static_cast<int>(n_past));
         kq = named(ggml_soft_max_ext(ctx, kq, o.mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f),
-                   "%s.%d.attn_w", p, il);
-        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, V, 1, 0, 2, 3));  // [n_kv, hd, nkv]
-        ggml_tensor * out = ggml_permute(ctx, ggml_mul_mat(ctx, vt, kq), 0, 2, 1, 3);  // [hd, n_head, n]
-        out = ggml_cont_2d(ctx, out, hd * hp.n_head, n);
-        return named(mat(out, l.wo), "%s.%d.attn_out", p, il);
+                   "%s.%d.attn_w", o.prefix, il);
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, V, 1, 0, 2, 3));  // [n_kv, hd, nkv, lanes]
+        ggml_tensor * out = ggml_permute(ctx, ggml_mul_mat(ctx, vt, kq), 0, 2, 1, 3);  // [hd, n_head, n, lanes]
+        return ggml_cont_2d(ctx, out, hd * hp.n_head, n_all);
     }
 
     ggml_tensor * mlp(ggml_tensor * h, const TransformerLayer & l) const {
@@ -200,12 +223,19 @@ struct LayerBuilder {
 
 ggml_tensor * transformer_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * x, ggml_tensor * pos,
                                 const Transformer & t, const StackOptions & o) {
-    if (o.kv) {
-        const int64_t n_ctx = o.kv->k->empty() ? 0 : o.kv->k->front()->ne[2];
-        if (o.kv->n_past + x->ne[1] > o.kv->n_kv || o.kv->n_kv > n_ctx) {
+    auto check = [&](const KvWindow & w, int64_t n) {
+        const int64_t n_ctx = w.k->empty() ? 0 : w.k->front()->ne[2];
+        const int64_t need = w.lanes > 1 ? (w.lanes - 1) * w.lane_stride + w.n_kv : w.n_kv;
+        if (w.lanes < 1 || n % w.lanes != 0 || w.n_past + n / w.lanes > w.n_kv || need > n_ctx ||
+            (w.lanes > 1 && w.lane_stride < w.n_kv)) {
             fail("%s: positions up to %lld are past the KV cache (%lld)", o.prefix,
-                 static_cast<long long>(o.kv->n_past + x->ne[1]), static_cast<long long>(n_ctx));
+                 static_cast<long long>(w.n_past + n / std::max<int64_t>(w.lanes, 1)), static_cast<long long>(n_ctx));
         }
+    };
+    if (o.kv) check(*o.kv, x->ne[1]);
+    if (o.seqs) {
+        if (o.kv || static_cast<int64_t>(o.seqs->size()) != x->ne[1]) fail("%s: one cache window per sequence", o.prefix);
+        for (const KvWindow & w : *o.seqs) check(w, 1);
     }
     const LayerBuilder b{ctx, gf, t, o, pos};
     for (int il = 0; il < static_cast<int>(t.layers.size()); ++il) x = b.layer(x, il);

@@ -69,15 +69,23 @@ private:
 
 // How a graph uses a cache: it writes its n keys/values at positions n_past.. and attends to
 // the first n_kv positions (n_past + n, or more when the caller pads and masks them).
+// lanes > 1: the graph's positions are `lanes` sequences of n / lanes positions each, stepped in
+// lockstep, and the cache holds one sequence every lane_stride positions (the code predictor's
+// batched pass, docs/architecture.md "Batching").
 struct KvWindow {
     const std::vector<ggml_tensor *> * k = nullptr, * v = nullptr;
     int64_t n_past = 0, n_kv = 0;
+    int64_t lanes = 1, lane_stride = 0;
 };
 
 struct StackOptions {
     const char * prefix = "";       // intermediates are named "<prefix>.<layer>.<stage>"
     const KvWindow * kv = nullptr;  // null: attend within the graph's own positions
     ggml_tensor * mask = nullptr;   // additive F32 [n_kv, n]; null: causal
+    // Per-sequence attention (the talker's batched step): position b of the graph is the next
+    // position of sequence b, which has a cache of its own (seqs[b]); each sequence attends
+    // with the same ops as a graph of its own, so that its arithmetic is the single path's.
+    const std::vector<KvWindow> * seqs = nullptr;
 };
 
 // Run `x` [n_embd, n] through every layer (positions `pos`, I32 [n]); the cache writes are

@@ -1,5 +1,5 @@
-"""`qtts-cli bench speed|memory|quality|micro|matmul|ops`: reproducible benchmarks (matmul: bench_matmul.py,
-ops: bench_ops.py).
+"""`qtts-cli bench speed|memory|quality|micro|matmul|ops|serve`: reproducible benchmarks (matmul:
+bench_matmul.py, ops: bench_ops.py, serve: bench_serve.py).
 
 speed, memory and quality run full-size random-weight models. The model is built from a released configuration with random weights (qtts.randmodel, numpy
 only), converted with qtts's converter and quantizer, and cached under $QTTS_CACHE/bench. Every
@@ -372,13 +372,19 @@ def add_parser(sub: Any) -> None:
     bench_matmul.add_parser(bs, run)
     bench_ops.add_parser(bs, TYPES)
     bs.choices["ops"].set_defaults(func=run)
+    from .bench_serve import add_serve_parser  # it imports this module's helpers
+
+    add_serve_parser(bs, run)
 
 
 def run(a: argparse.Namespace) -> int:
+    from .bench_serve import format_serve, run_serve
+
     runner, fmt = {"speed": (run_speed, format_speed), "memory": (run_memory, format_memory),
                    "quality": (run_quality, format_quality), "micro": (run_micro, format_micro),
                    "matmul": (bench_matmul.run_matmul, bench_matmul.format_matmul),
-                   "ops": (bench_ops.run_ops, bench_ops.format_ops)}[a.bench_command]
+                   "ops": (bench_ops.run_ops, bench_ops.format_ops),
+                   "serve": (run_serve, format_serve)}[a.bench_command]
     r = runner(a)
     print(fmt(r))
     if a.json:
@@ -394,6 +400,10 @@ def _main(argv: list[str]) -> None:
         r = reference_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
     elif kind == "quality":
         r = quality_worker(args[2:], int(args[0]), int(args[1]))
+    elif kind == "serve":
+        from .bench_serve import main_worker
+
+        r = main_worker(args)
     else:
         r = memory_worker(args[0], int(args[1]), args[2], args[3] or None)
     print(json.dumps(r))

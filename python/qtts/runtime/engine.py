@@ -12,6 +12,7 @@ chunk) would corrupt the stream, and raises RuntimeError instead.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +26,8 @@ from .config import GenerationConfig
 # "max_new_tokens", "budget", "cancelled"; None while a stepped generation goes on) and the
 # native timings (prefill_ms, talker_ms, predictor_ms, frames).
 Generated = tuple[np.ndarray, str | None, dict[str, float]]
+# What a batch step returns per slot that was active: (slot, codes, stop reason or None, timings).
+SlotStep = tuple[int, np.ndarray, str | None, dict[str, float]]
 
 
 def native_params(config: GenerationConfig) -> Any:
@@ -78,6 +81,7 @@ class Engine:
         self._model = core.Model(path, device, core.Ops.__members__[ops])
         self._session = core.Session(self._model, n_threads)
         self._lock = _EngineLock()
+        self._stream_ids = itertools.count(1)
 
     @classmethod
     def metadata(cls, path: str) -> Engine:
@@ -202,6 +206,17 @@ class Engine:
         if self._session is not None:
             self._session.cancel()
 
+    def batch(self, max_batch: int) -> Batch:
+        """Slots for up to max_batch generations stepped together (docs/architecture.md,
+        "Batching"); driven through SessionHandle.batch_*."""
+        if self._session is None:
+            raise RuntimeError("this engine was opened for its metadata only (Engine.metadata)")
+        return Batch(core.Batch(self._session, max_batch))  # allocates its own buffer only: no lock
+
+    def new_stream_id(self) -> int:
+        """A codec decode stream id no one else uses (stream 0 is the single-stream API's)."""
+        return next(self._stream_ids)
+
 
 class SessionHandle:
     """The compute methods of an engine's session, valid inside `with engine.session()`."""
@@ -215,6 +230,10 @@ class SessionHandle:
         if self._session is None:
             raise RuntimeError("this engine session is closed: use it inside its `with engine.session()` block")
         return self._session
+
+    def _require_open(self) -> None:
+        if self._session is None:
+            raise RuntimeError("this engine session is closed: use it inside its `with engine.session()` block")
 
     @contextlib.contextmanager
     def suspended(self) -> Iterator[None]:
@@ -244,11 +263,15 @@ class SessionHandle:
     def encode(self, wav: np.ndarray) -> np.ndarray:
         return self.native.encode(wav)
 
-    def decode_stream_reset(self, silent_frames: int = 0) -> None:
-        self.native.decode_stream_reset(silent_frames=silent_frames)
+    def decode_stream_reset(self, silent_frames: int = 0, stream: int = 0) -> None:
+        """Start codec decode stream `stream` (0, or an id from Engine.new_stream_id)."""
+        self.native.decode_stream_reset(silent_frames=silent_frames, stream=stream)
 
-    def decode_stream_push(self, codes: np.ndarray) -> np.ndarray:
-        return self.native.decode_stream_push(codes)
+    def decode_stream_push(self, codes: np.ndarray, stream: int = 0) -> np.ndarray:
+        return self.native.decode_stream_push(codes, stream=stream)
+
+    def decode_stream_close(self, stream: int) -> None:
+        self.native.decode_stream_close(stream)
 
     def decode_stages(self, codes: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
         """Named codec decoder intermediates, each [time, channels]."""
@@ -266,6 +289,26 @@ class SessionHandle:
     def generate_next(self, n_frames: int) -> Generated:
         """Up to `n_frames` more frames; the stop reason is None while the generation goes on."""
         return self.native.generate_next(n_frames)
+
+    # batched generation (Engine.batch)
+    def batch_add(self, batch: Batch, embeddings: np.ndarray, trailing: np.ndarray, config: GenerationConfig) -> int:
+        """Prefill a piece's prompt into a free slot of `batch`; the slot id."""
+        self._require_open()
+        return int(batch._native.add(embeddings, trailing, native_params(config)))
+
+    def batch_step(self, batch: Batch, n_frames: int) -> list[SlotStep]:
+        """Up to n_frames frames of every active slot, stepped together."""
+        self._require_open()
+        return [(int(i), c, r, dict(t)) for i, c, r, t in batch._native.step(n_frames)]
+
+    def batch_active(self, batch: Batch) -> list[int]:
+        """Ids of the slots holding a generation."""
+        self._require_open()
+        return list(batch._native.active)
+
+    def batch_remove(self, batch: Batch, slot: int) -> None:
+        self._require_open()
+        batch._native.remove(slot)
 
     def talker_prefill(self, embeddings: np.ndarray, n_ctx: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """The talker over a prompt: (logits, normed hidden state) of its last position; the KV
@@ -292,6 +335,21 @@ class SessionHandle:
         return dict(self.native.profile())
 
 
+class Batch:
+    """An engine's batch slots (qtts._core.Batch); stepped through a SessionHandle under the lock."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    @property
+    def max_batch(self) -> int:
+        return int(self._native.max_batch)
+
+    def cancel(self, slot: int) -> None:
+        """Stop a slot at its next frame, from any thread (takes no lock: an atomic flag)."""
+        self._native.cancel(slot)
+
+
 class _EngineLock:
     """One operation at a time per engine: other threads wait. Taking it again from the thread
     that holds it is a bug (a nested call, or code run while this thread's stream is suspended
@@ -315,6 +373,10 @@ class _EngineLock:
     def __exit__(self, *exc: object) -> None:
         self._owner = None
         self._lock.release()
+
+    def _require_open(self) -> None:
+        if self._session is None:
+            raise RuntimeError("this engine session is closed: use it inside its `with engine.session()` block")
 
     @contextlib.contextmanager
     def suspended(self) -> Iterator[None]:

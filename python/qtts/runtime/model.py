@@ -243,6 +243,27 @@ class Model(QwenTTSCompat):
         with self.engine.session() as s:
             return speech.synthesize(self, s, req, progress)
 
+    def synthesize_batch(self, texts: list[str], *, max_batch: int = 8, **kwargs: Any) -> list[Audio]:
+        """synthesize() for several texts at once, stepped together (continuous batching, docs/
+        architecture.md "Batching"): the same audio per item as synthesize() with the same
+        arguments and seed. kwargs are synthesize's (progress excepted); a keyword given as a list
+        with one entry per text is per item (seed=[1, 2, 3], speaker=[...]), anything else is
+        shared by all."""
+        from .scheduler import MAX_BATCH, Scheduler
+
+        if not isinstance(texts, (list, tuple)):
+            raise TypeError(f"texts must be a list of str, got {type(texts).__name__}")
+        check_int("max_batch", max_batch, 1, MAX_BATCH)
+        if "progress" in kwargs:
+            raise TypeError("synthesize_batch takes no progress callback")
+        n = len(texts)
+        items = [{k: (v[i] if type(v) is list and len(v) == n else v) for k, v in kwargs.items()} for i in range(n)]
+        if not n:
+            return []
+        with Scheduler(self, max_batch=min(max_batch, n), max_queue=n) as sched:
+            jobs = [sched.submit_eager(text, **item) for text, item in zip(texts, items)]
+            return [job.result() for job in jobs]
+
     def stream(self, text: str, *, speaker: str | None = None, language: str = "auto",
                instruct: str | None = None, voice: Voice | None = None,
                ref_audio: cloning.AudioSource | np.ndarray | None = None, ref_text: str | None = None,

@@ -1,36 +1,49 @@
-"""Requests queued for one model: submit text, iterate its chunks, cancel it.
+"""Continuous batching for many requests at once (docs/architecture.md, "Batching").
 
-A serial implementation of the scheduler interface: one worker thread runs Model.stream for each
-job in submission order, so `batch_size` is at most 1. It keeps the interface's accounting (a job
-counts against max_batch + max_queue from submit until its generation ends) so that callers see
-the same QueueFull / SchedulerClosed behaviour as with a batching scheduler.
+A Scheduler owns a worker thread and an engine Batch of `max_batch` slots. Per iteration the
+worker admits queued requests into free slots (prompt, prefill), steps every running request
+one frame together (one talker step and one code-predictor pass for all of them), and hands each
+request's chunk to its Job once the chunk is complete, decoded on the request's own codec stream.
+Chunks follow Model.stream's schedule: the first is `first_chunk_frames` frames, later ones
+double up to `max_chunk_frames`; a request's chunks are those Model.stream gives for the same
+arguments and seed. The worker takes the engine lock once per operation, so eager Model calls
+from other threads run in between.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .audio import Audio, AudioChunk, Timings
 from .config import check_int
+from .engine import Batch, SessionHandle
+from .speech import PAUSE_SECONDS, Request, _clone_timings, _decode, _finish, _ref_codes, _timed_prompt
 
 if TYPE_CHECKING:
     from .model import Model
 
-MAX_SLOTS = 4096
+MAX_BATCH = 256  # the native core's limit
+# submit's request arguments (the rest are sampling settings) and their defaults, as Model.stream's
+_ARG_DEFAULTS: dict[str, Any] = dict(speaker=None, language="auto", instruct=None, voice=None, ref_audio=None,
+                                     ref_text=None, x_vector_only_mode=False, seed=None, split_sentences="auto",
+                                     frame_budget="auto", non_streaming_mode=None)
+_ARGS = tuple(_ARG_DEFAULTS)
+_END = object()  # the queue's end marker
 
 
 class QueueFull(RuntimeError):
-    """max_batch jobs are running and max_queue are waiting: try again later."""
+    """max_batch requests are running and max_queue are waiting."""
 
 
 class SchedulerClosed(RuntimeError):
-    """The scheduler is closing or closed and admits no new job."""
+    """The scheduler is closing or closed: it takes no new requests."""
 
 
 @dataclass
@@ -42,167 +55,176 @@ class SchedulerStats:
     requests_total: int
     frames_total: int
     cancelled_total: int
-    batch_size: int  # sequences stepped together right now
-
-
-_END = object()
+    batch_size: int  # sequences stepped together in the last step
 
 
 class Job:
-    """One submitted request: its chunks as they are generated (consumed once, by __iter__,
-    __aiter__ or result)."""
+    """One submitted request: its chunks as they come (iterate, or `async for`), or all of it."""
 
-    def __init__(self, scheduler: Scheduler, model: Model, text: str, kwargs: dict[str, Any]) -> None:
-        self._scheduler = scheduler
-        self.timings = Timings()
-        self.stop_reason: str | None = None
-        self._sample_rate = model.sample_rate
-        self._empty_codes = model.engine.empty_codes()
-        # Model.stream validates its arguments now, in the caller's thread; generation starts
-        # when the worker first iterates it.
-        self._stream = model.stream(text, timings=self.timings, **kwargs)
-        self._items: collections.deque[Any] = collections.deque()
+    def __init__(self, req: Request, sample_rate: int, empty_codes: np.ndarray, eager: bool = False) -> None:
+        self._req = req
+        self._sample_rate = sample_rate
+        self._empty_codes = empty_codes
+        self._eager = eager  # synthesize_batch: pieces decoded whole, as Model.synthesize
+        self._queue: collections.deque[Any] = collections.deque()
         self._cond = threading.Condition()
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._cancel = threading.Event()
-        self._finished = threading.Event()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._chunks: list[AudioChunk] = []
         self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._cancel = threading.Event()
+        self.stop_reason: str | None = None
+        self.timings = Timings()
+        # worker state
+        self._t_start = time.perf_counter()
+        self._piece = 0
+        self._slot: int | None = None
+        self._stream: int | None = None
+        self._pending: list[np.ndarray] = []  # codes of the chunk (eager: the piece) being gathered
+        self._chunk_size = 0
+        self._index = 0
+        self._frames = 0
+        self._samples = 0
+        self._waves: list[np.ndarray] = []  # eager
+        self._codes: list[np.ndarray] = []
+        self._gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
+        _clone_timings(self.timings, req.clone_timings)
 
     @property
     def done(self) -> bool:
-        return self._finished.is_set()
+        return self._done.is_set()
 
-    @property
-    def cancel_requested(self) -> bool:
-        return self._cancel.is_set()
-
-    def _put(self, item: Any) -> None:
-        with self._cond:
-            self._items.append(item)
-            self._cond.notify_all()
-            waiters, self._waiters = self._waiters, []
-        for loop, fut in waiters:
-            loop.call_soon_threadsafe(_wake, fut)
-
-    def _cancelled_chunk(self, index: int) -> AudioChunk:
-        return AudioChunk(np.zeros(0, dtype=np.float32), self._sample_rate, self._empty_codes, index, "cancelled")
-
-    def _take(self, item: Any) -> AudioChunk | None:
-        if item is _END:
-            if self._error is not None:
-                raise self._error
-            return None
-        return item
+    def cancel(self) -> None:
+        """Stop within one frame and free the slot; the last chunk has stop_reason "cancelled"."""
+        self._cancel.set()
 
     def __iter__(self) -> Iterator[AudioChunk]:
         while True:
             with self._cond:
-                while not self._items:
+                while not self._queue:
                     self._cond.wait()
-                item = self._items.popleft()
-            chunk = self._take(item)
-            if chunk is None:
+                item = self._queue.popleft()
+            if item is _END:
+                self._raise()
                 return
-            yield chunk
+            yield item
 
     async def __aiter__(self) -> AsyncIterator[AudioChunk]:
         loop = asyncio.get_running_loop()
-        while True:
-            with self._cond:
-                item = self._items.popleft() if self._items else None
+        ready = asyncio.Event()
+        with self._cond:
+            self._waiters.append((loop, ready))
+        try:
+            while True:
+                ready.clear()
+                with self._cond:
+                    item = self._queue.popleft() if self._queue else None
                 if item is None:
-                    fut = loop.create_future()
-                    self._waiters.append((loop, fut))
-            if item is None:
-                await fut
-                continue
-            chunk = self._take(item)
-            if chunk is None:
-                return
-            yield chunk
-
-    def cancel(self) -> None:
-        """Stop within one frame (the last chunk then has stop_reason "cancelled")."""
-        self._cancel.set()
-        self._scheduler._cancel_running(self)
+                    await ready.wait()
+                    continue
+                if item is _END:
+                    self._raise()
+                    return
+                yield item
+        finally:
+            with self._cond:
+                self._waiters.remove((loop, ready))
 
     def result(self, timeout: float | None = None) -> Audio:
-        if not self._finished.wait(timeout):
-            raise TimeoutError(f"the job did not finish within {timeout} s")
-        chunks = list(self)
-        samples = [c.samples for c in chunks]
-        codes = [c.codes for c in chunks]
-        return Audio(np.concatenate(samples) if samples else np.zeros(0, dtype=np.float32), self._sample_rate,
-                     np.concatenate(codes) if codes else self._empty_codes, self.stop_reason or "cancelled",
-                     self.timings)
+        """All of the request's audio once it ended (as Model.synthesize); TimeoutError if not
+        done within `timeout` seconds."""
+        if not self._done.wait(timeout):
+            raise TimeoutError("the request has not finished")
+        self._raise()
+        if self._eager:
+            samples = np.concatenate(self._waves) if self._waves else np.zeros(0, dtype=np.float32)
+        else:
+            samples = np.concatenate([c.samples for c in self._chunks]) if self._chunks else np.zeros(0, np.float32)
+        codes = np.concatenate(self._codes) if self._codes else self._empty_codes
+        return Audio(samples, self._sample_rate, codes, self.stop_reason or "cancelled", self.timings)
 
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
 
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+    def _put(self, item: Any) -> None:
+        with self._cond:
+            if isinstance(item, AudioChunk):
+                self._chunks.append(item)
+            self._queue.append(item)
+            self._cond.notify_all()
+            for loop, ready in self._waiters:
+                try:
+                    loop.call_soon_threadsafe(ready.set)
+                except RuntimeError:  # that consumer's event loop is closed: nobody waits there
+                    pass
+
+    def _end(self, error: BaseException | None = None) -> None:
+        self._error = error
+        self._done.set()
+        self._put(_END)
 
 
 class Scheduler:
-    """Runs submitted jobs on a worker thread (see the module docstring)."""
+    """Continuous batching over one Model: submit() requests from any thread, iterate their Jobs."""
 
     def __init__(self, model: Model, *, max_batch: int = 8, max_queue: int = 32, first_chunk_frames: int = 1,
                  max_chunk_frames: int = 8) -> None:
-        check_int("max_batch", max_batch, 1, MAX_SLOTS)
-        check_int("max_queue", max_queue, 0, MAX_SLOTS)
-        check_int("first_chunk_frames", first_chunk_frames, 1, 4096)
-        check_int("max_chunk_frames", max_chunk_frames, first_chunk_frames, 4096)
-        self.model = model
-        self._max_batch, self._max_queue = max_batch, max_queue
-        self._chunking = dict(first_chunk_frames=first_chunk_frames, max_chunk_frames=max_chunk_frames)
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
+        from .model import MAX_CHUNK_FRAMES
+
+        check_int("max_batch", max_batch, 1, MAX_BATCH)
+        check_int("max_queue", max_queue, 0, 2**31 - 1)
+        check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
+        check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
+        if first_chunk_frames > max_chunk_frames:
+            raise ValueError("need first_chunk_frames <= max_chunk_frames")
+        self._model = model
+        self._engine = model.engine
+        self.max_batch, self.max_queue = max_batch, max_queue
+        self._first, self._most = first_chunk_frames, max_chunk_frames
+        self._batch: Batch = self._engine.batch(max_batch)
+        self._lock = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
-        self._current: Job | None = None
+        self._running: dict[int, Job] = {}  # slot -> job
         self._closing = False
-        self._requests = self._frames = self._cancelled = 0
+        self._cancel_all = False
+        self._requests = self._frames = self._cancelled = self._batch_size = 0
         self._worker = threading.Thread(target=self._run, name="qtts-scheduler", daemon=True)
         self._worker.start()
 
-    def submit(self, text: str, **kwargs: Any) -> Job:
-        for k in ("first_chunk_frames", "max_chunk_frames", "timings"):
-            if k in kwargs:
-                raise TypeError(f"unexpected argument {k}: the scheduler sets it")
-        with self._lock:
-            self._admit()
-        job = Job(self, self.model, text, {**kwargs, **self._chunking})
-        with self._lock:
-            self._admit()  # again: validation ran outside the lock
-            self._queue.append(job)
-            self._requests += 1
-            self._wake.notify()
-        return job
+    # -- the API ----------------------------------------------------------------------------
+    def submit(self, text: str, *, speaker: str | None = None, language: str = "auto", instruct: str | None = None,
+               voice: Any = None, ref_audio: Any = None, ref_text: str | None = None, x_vector_only_mode: bool = False,
+               seed: int | None = None, split_sentences: Any = "auto", frame_budget: int | str | None = "auto",
+               non_streaming_mode: bool | None = None, **sampling: Any) -> Job:
+        """Queue a request (Model.stream's arguments); validated here, in the caller's thread."""
+        return self._submit(text, dict(speaker=speaker, language=language, instruct=instruct, voice=voice,
+                                       ref_audio=ref_audio, ref_text=ref_text, x_vector_only_mode=x_vector_only_mode,
+                                       seed=seed, split_sentences=split_sentences, frame_budget=frame_budget,
+                                       non_streaming_mode=non_streaming_mode), sampling, eager=False)
 
-    def _admit(self) -> None:
-        if self._closing:
-            raise SchedulerClosed("the scheduler is shutting down and admits no new request")
-        if len(self._queue) + (self._current is not None) >= self._max_batch + self._max_queue:
-            raise QueueFull(f"{self._max_batch} requests running and {self._max_queue} waiting; try again later")
+
+    def submit_eager(self, text: str, **kwargs: Any) -> Job:
+        """As submit, for Model.synthesize_batch: no chunks; Job.result() decodes each piece whole
+        as Model.synthesize does (the same samples)."""
+        args = {k: kwargs.pop(k) for k in _ARGS if k in kwargs}
+        return self._submit(text, {**_ARG_DEFAULTS, **args}, kwargs, eager=True)
 
     @property
     def stats(self) -> SchedulerStats:
         with self._lock:
-            running = int(self._current is not None)
-            return SchedulerStats(running, len(self._queue), self._max_batch, self._max_queue, self._requests,
-                                  self._frames, self._cancelled, running)
-
-    def _cancel_running(self, job: Job) -> None:
-        with self._lock:  # the engine's flag is cleared when the next generation begins
-            if self._current is job:
-                self.model.cancel()
+            return SchedulerStats(len(self._running), len(self._queue), self.max_batch, self.max_queue,
+                                  self._requests, self._frames, self._cancelled, self._batch_size)
 
     def close(self, *, cancel: bool = False, timeout: float | None = None) -> None:
+        """Stop taking requests; let running and queued ones finish (cancel=True: cancel them)
+        and join the worker."""
         with self._lock:
             self._closing = True
-            doomed = [*self._queue, *([self._current] if self._current else [])] if cancel else []
-            self._wake.notify()
-        for job in doomed:
-            job.cancel()  # takes the lock itself
-        self._worker.join(timeout)
+            self._cancel_all = self._cancel_all or cancel
+            self._lock.notify_all()
+        if threading.current_thread() is not self._worker:
+            self._worker.join(timeout)
 
     def __enter__(self) -> Scheduler:
         return self
@@ -210,44 +232,215 @@ class Scheduler:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- internals --------------------------------------------------------------------------
+    def _submit(self, text: str, args: dict[str, Any], sampling: dict[str, Any], eager: bool) -> Job:
+        if self._closing:
+            raise SchedulerClosed("the scheduler is closed")
+        m = self._model
+        req = m._request(text, args["speaker"], args["language"], args["instruct"], args["seed"],
+                         args["split_sentences"], args["frame_budget"], args["non_streaming_mode"], sampling,
+                         args["voice"], args["ref_audio"], args["ref_text"], args["x_vector_only_mode"])
+        job = Job(req, m.sample_rate, m.engine.empty_codes(), eager)
+        with self._lock:
+            if self._closing:
+                raise SchedulerClosed("the scheduler is closed")
+            free = self.max_batch - len(self._running)
+            if len(self._queue) >= self.max_queue + free:
+                raise QueueFull(f"{self.max_batch} requests are running and {self.max_queue} are waiting")
+            self._queue.append(job)
+            self._requests += 1
+            self._lock.notify_all()
+        return job
+
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # a bug here must not leave consumers waiting forever
+            with self._lock:
+                self._closing = True
+                jobs = [*self._queue, *self._running.values()]
+                self._queue.clear()
+            for job in jobs:
+                self._fail(job, e)
+            raise
+
+    def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self._queue and not self._closing:
-                    self._wake.wait()
-                if not self._queue:
+                while not self._queue and not self._running and not self._closing:
+                    self._lock.wait()
+                if self._cancel_all:
+                    for job in [*self._queue, *self._running.values()]:
+                        job.cancel()
+                if self._closing and not self._queue and not self._running:
                     return
-                job = self._current = self._queue.popleft()
-            try:
-                self._generate(job)
-            finally:
-                with self._lock:
-                    self._current = None
-                    self._cancelled += job.stop_reason == "cancelled"
-                job._finished.set()
-                job._put(_END)
+                admit = []
+                while self._queue and len(self._running) + len(admit) < self.max_batch:
+                    admit.append(self._queue.popleft())
+            for job in admit:
+                self._start(job)
+            self._cancel_waiting()
+            with self._lock:
+                running = dict(self._running)
+            if running:
+                self._step(running)
 
-    def _generate(self, job: Job) -> None:
-        index = 0
-        stream = job._stream
+    def _cancel_waiting(self) -> None:
+        with self._lock:
+            gone = [j for j in self._queue if j._cancel.is_set()]
+            for j in gone:
+                self._queue.remove(j)
+        for j in gone:
+            self._finish(j, "cancelled")
+
+    def _start(self, job: Job) -> None:
+        """Admit a job (or its next piece) into a slot: prompt, prefill, decode stream."""
+        if job._cancel.is_set():
+            self._finish(job, "cancelled")
+            return
+        req, i = job._req, job._piece
         try:
-            if job.cancel_requested:
-                chunk = job._cancelled_chunk(0)
-                job.stop_reason = chunk.stop_reason
-                job._put(chunk)
-                return
-            for chunk in stream:
-                with self._lock:
-                    self._frames += len(chunk.codes)
-                job.stop_reason = chunk.stop_reason
-                job._put(chunk)
-                index = chunk.index + 1
-                if chunk.stop_reason is None and job.cancel_requested:
-                    # a cancel that fell between two pieces, where the engine clears its flag
-                    job.stop_reason = "cancelled"
-                    job._put(job._cancelled_chunk(index))
-                    return
-        except Exception as e:  # re-raised to the consumer
-            job._error = e
-        finally:
-            stream.close()
+            with self._engine.session() as s:
+                prompt = _timed_prompt(self._model, s, req, req.pieces[i], job.timings)
+                slot = s.batch_add(self._batch, prompt.embeddings, prompt.trailing,
+                                   req.config.for_piece(i, req.pieces[i]))
+                if not job._eager:
+                    self._reset_stream(s, job)
+        except Exception as e:  # a bad prompt fails its own request only
+            self._fail(job, e)
+            return
+        job._slot, job._chunk_size, job._pending = slot, self._first, []
+        with self._lock:
+            self._running[slot] = job
+
+    def _reset_stream(self, s: SessionHandle, job: Job) -> None:
+        if job._stream is None:
+            job._stream = self._engine.new_stream_id()
+        ref = _ref_codes(job._req)
+        t0 = time.perf_counter()
+        s.decode_stream_reset(silent_frames=0 if ref is None else len(ref), stream=job._stream)
+        if ref is not None:  # the decoder's context: the reference frames, whose audio is not emitted
+            s.decode_stream_push(ref, stream=job._stream)
+        job._gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
+
+    def _step(self, running: dict[int, Job]) -> None:
+        for slot, job in running.items():
+            if job._cancel.is_set():
+                self._batch.cancel(slot)
+        try:
+            with self._engine.session() as s:
+                results = s.batch_step(self._batch, 1)
+        except Exception as e:  # the engine failed: every running request gets the error
+            for job in running.values():
+                self._fail(job, e)
+            return
+        with self._lock:
+            self._batch_size = len(results)
+            self._frames += sum(len(codes) for _, codes, _, _ in results)
+        for slot, codes, reason, raw in results:
+            try:
+                self._advance(running[slot], codes, reason, raw)
+            except Exception as e:
+                self._fail(running[slot], e)
+
+    def _advance(self, job: Job, codes: np.ndarray, reason: str | None, raw: dict[str, float]) -> None:
+        """A job's frames of one step: complete chunks go out; at a piece's end the next starts."""
+        if len(codes):
+            job._pending.append(codes)
+            job._codes.append(codes)
+            job._frames += len(codes)
+        n = sum(len(c) for c in job._pending)
+        if reason is None:
+            if not job._eager and n >= job._chunk_size:
+                self._emit(job, None)
+                job._chunk_size = min(2 * job._chunk_size, self._most)
+            return
+        with self._lock:
+            self._running.pop(job._slot, None)
+        job._slot = None
+        for k in ("prefill_ms", "talker_ms", "predictor_ms"):
+            job._gen[k] += raw[k]
+        if reason != "eos" or job.stop_reason in (None, "eos"):
+            job.stop_reason = reason
+        last = job._piece + 1 == len(job._req.pieces) or reason == "cancelled"
+        if job._eager:
+            self._decode_piece(job, last)
+        else:
+            self._emit(job, reason if last else None, final=last)
+        if last:
+            self._finish(job, None)
+            return
+        job._piece += 1
+        if not job._eager:
+            pause = np.zeros(int(PAUSE_SECONDS * self._model.sample_rate), dtype=np.float32)
+            job._samples += len(pause)
+            job._put(AudioChunk(pause, self._model.sample_rate, self._engine.empty_codes(), job._index))
+            job._index += 1
+        self._start(job)
+
+    def _emit(self, job: Job, reason: str | None, final: bool = False) -> None:
+        codes = np.concatenate(job._pending) if job._pending else self._engine.empty_codes()
+        job._pending = []
+        t0 = time.perf_counter()
+        if len(codes):
+            with self._engine.session() as s:
+                wav = s.decode_stream_push(codes, stream=job._stream)
+        else:
+            wav = np.zeros(0, dtype=np.float32)
+        job._gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
+        job._samples += len(wav)
+        if job.timings.time_to_first_audio_ms is None and len(wav):
+            job.timings.time_to_first_audio_ms = (time.perf_counter() - job._t_start) * 1e3
+        if final:
+            _finish(job.timings, job._gen, job._frames, job._samples / self._model.sample_rate, job._t_start)
+        job._put(AudioChunk(wav, self._model.sample_rate, codes, job._index, reason))
+        job._index += 1
+
+    def _decode_piece(self, job: Job, last: bool) -> None:
+        """As Model.synthesize: the piece's codes decoded whole, a pause before the next piece."""
+        codes = np.concatenate(job._pending) if job._pending else self._engine.empty_codes()
+        job._pending = []
+        if len(codes):
+            t0 = time.perf_counter()
+            with self._engine.session() as s:
+                job._waves.append(_decode(s, codes, _ref_codes(job._req)))
+            job._gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
+            if not last:
+                job._waves.append(np.zeros(int(PAUSE_SECONDS * self._model.sample_rate), dtype=np.float32))
+        if last:
+            samples = sum(len(w) for w in job._waves)
+            _finish(job.timings, job._gen, job._frames, samples / self._model.sample_rate, job._t_start)
+
+    def _finish(self, job: Job, reason: str | None) -> None:
+        """The job ended; `reason` set: it ended before generating (cancelled while queued)."""
+        if reason is not None:
+            job.stop_reason = reason
+            if not job._eager:
+                job._put(AudioChunk(np.zeros(0, dtype=np.float32), self._model.sample_rate,
+                                    self._engine.empty_codes(), job._index, reason))
+        if job.stop_reason == "cancelled":
+            with self._lock:
+                self._cancelled += 1
+        self._close_stream(job)
+        job._end()
+
+    def _fail(self, job: Job, error: BaseException) -> None:
+        if job._slot is not None:
+            with self._lock:
+                self._running.pop(job._slot, None)
+            if job._slot in self._batch_active():
+                with self._engine.session() as s:
+                    s.batch_remove(self._batch, job._slot)
+            job._slot = None
+        self._close_stream(job)
+        job._end(error)
+
+    def _batch_active(self) -> list[int]:
+        with self._engine.session() as s:
+            return s.batch_active(self._batch)
+
+    def _close_stream(self, job: Job) -> None:
+        if job._stream is not None:
+            with self._engine.session() as s:
+                s.decode_stream_close(job._stream)
+            job._stream = None

@@ -1,0 +1,65 @@
+// Continuous batching (docs/architecture.md, "Batching"): up to max_batch generations in slots,
+// stepped together a frame at a time, one talker step and one code-predictor pass for all of
+// them; each slot keeps its own KV cache, positions, settings, random stream and stop reason,
+// so that its codes are those of the single-sequence loop (Session::generate).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/generate.h"
+#include "runtime/session.h"
+#include "runtime/transformer.h"
+
+namespace qtts {
+
+// What one step() did for one slot: the frames it produced and, once it ended, why.
+struct SlotResult {
+    int slot = 0;
+    GenerateResult result;  // codes of this step; stop_reason set once ended; timing totals so far
+};
+
+class Batch {
+public:
+    Batch(Session & session, int max_batch);
+    Batch(const Batch &) = delete;
+    Batch & operator=(const Batch &) = delete;
+
+    const Model & model() const { return session_.model(); }
+    int max_batch() const { return static_cast<int>(slots_.size()); }
+    // Ids of the slots holding a generation.
+    std::vector<int> active() const;
+
+    // Prefill a generation (as Session::generate_begin) into a free slot; its id.
+    int add(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing, int n_trailing,
+            const GenerateParams & p);
+    // Free a slot now, whatever its state.
+    void remove(int slot);
+    // Ask a slot (from any thread) to stop at its next frame with stop reason "cancelled".
+    void cancel(int slot);
+
+    // Up to n_frames frames for every active slot, stepped together; one result per slot that was
+    // active. A slot that ended frees itself.
+    std::vector<SlotResult> step(int n_frames);
+
+private:
+    struct Slot {
+        bool used = false;
+        std::atomic<bool> cancel{false};
+        GenerationState g;
+        KvCache cache;
+        GenerateResult chunk;
+    };
+    Slot & slot(int id, const char * what);
+    void talker_step(const std::vector<Slot *> & s);
+    void predict(const std::vector<Slot *> & s);
+    void finish(Slot & s);
+
+    Session & session_;
+    std::vector<std::unique_ptr<Slot>> slots_;
+    KvCache pred_cache_;  // one lane of n_code_groups positions per slot
+};
+
+}  // namespace qtts

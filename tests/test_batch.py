@@ -1,0 +1,264 @@
+"""Continuous batching: a request's codes and audio do not depend on the company it keeps. The
+expected values come from the single-sequence path (generate, synthesize, stream), which the
+reference parity tests pin."""
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import qtts
+from qtts.errors import QttsError
+from qtts.runtime.config import GenerationConfig
+from qtts.runtime.engine import SessionHandle
+from qtts.runtime.prompt import Prompt, build_prompt, resolve_voice
+from qtts.runtime.scheduler import QueueFull, Scheduler, SchedulerClosed
+
+TEXTS = ["Hello world, this is a tiny test.", "Short.", "A longer sentence, with a few more words than the others."]
+REF_TEXT = "The quick brown fox jumps."
+GREEDY = dict(do_sample=False, subtalker_dosample=False)
+
+
+def _clip(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) / 24000
+    return (0.3 * np.sin(2 * np.pi * (140 + 60 * t) * t) + 0.05 * rng.standard_normal(n)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def cv(gguf_dir: Path) -> qtts.Model:
+    return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2)
+
+
+@pytest.fixture(scope="module")
+def vd(gguf_dir: Path) -> qtts.Model:
+    return qtts.Model(gguf_dir / "tiny_voice_design-f32.gguf", n_threads=2)
+
+
+@pytest.fixture(scope="module")
+def base(gguf_dir: Path) -> qtts.Model:
+    return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False)
+
+
+@pytest.fixture(scope="module")
+def voices(base: qtts.Model) -> dict[str, qtts.Voice]:
+    return {"icl": base.create_voice((_clip(24000, 1), 24000), REF_TEXT),
+            "xvec": base.create_voice((_clip(30000, 2), 24000), x_vector_only_mode=True)}
+
+
+Case = tuple[Prompt, GenerationConfig]
+
+
+def _case(m: qtts.Model, s: SessionHandle, text: str, seed: int, frames: int, sample: bool, *,
+          non_streaming_mode: bool, **voice: object) -> Case:
+    cond = resolve_voice(m, language="english", **{"speaker": None, "instruct": None, **voice})
+    given = dict(max_new_tokens=frames + 1, **({} if sample else GREEDY))
+    config = GenerationConfig.resolve(m.generation_defaults, given, seed, frame_budget=None)
+    return build_prompt(m, s, text, cond, non_streaming_mode=non_streaming_mode), config
+
+
+def _run_batched(s: SessionHandle, m: qtts.Model, cases: list[Case], joins: list[int]) -> list[np.ndarray]:
+    """Each case joins the batch at its frame step `joins[i]`; all codes once every one ended."""
+    batch = m.engine.batch(len(cases))
+    owner: dict[int, int] = {}
+    codes: list[list[np.ndarray]] = [[] for _ in cases]
+    ended = 0
+    step = 0
+    while ended < len(cases):
+        for i, (p, cfg) in enumerate(cases):
+            if joins[i] == step:
+                owner[s.batch_add(batch, p.embeddings, p.trailing, cfg)] = i
+        for slot, c, reason, _ in s.batch_step(batch, 1):
+            codes[owner[slot]].append(c)
+            ended += reason is not None
+        step += 1
+    return [np.concatenate(c) for c in codes]
+
+
+def _cases(m: qtts.Model, s: SessionHandle, voices: dict[str, qtts.Voice], sample: bool) -> list[Case]:
+    if m.variant == "custom_voice":
+        return [_case(m, s, TEXTS[0], 1, 18, sample, non_streaming_mode=True, speaker="ryan"),
+                _case(m, s, TEXTS[1], 2, 9, sample, non_streaming_mode=False, speaker="vivian"),
+                _case(m, s, TEXTS[2], 3, 25, sample, non_streaming_mode=True, speaker="ryan")]
+    if m.variant == "voice_design":
+        return [_case(m, s, TEXTS[0], 4, 14, sample, non_streaming_mode=True, instruct="A calm voice."),
+                _case(m, s, TEXTS[2], 5, 21, sample, non_streaming_mode=False, instruct="Fast and loud.")]
+    return [_case(m, s, TEXTS[0], 6, 16, sample, non_streaming_mode=False, voice=voices["icl"]),
+            _case(m, s, TEXTS[1], 7, 11, sample, non_streaming_mode=False, voice=voices["xvec"]),
+            _case(m, s, TEXTS[2], 8, 23, sample, non_streaming_mode=True, voice=voices["icl"]),
+            _case(m, s, TEXTS[2], 9, 7, sample, non_streaming_mode=True, voice=voices["xvec"])]
+
+
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("which", ["cv", "vd", "base"])
+def test_batched_codes_equal_alone(request: pytest.FixtureRequest, voices: dict[str, qtts.Voice], which: str,
+                                   sample: bool) -> None:
+    m: qtts.Model = request.getfixturevalue(which)
+    with m.engine.session() as s:
+        cases = _cases(m, s, voices, sample)
+        alone = [s.generate(p.embeddings, p.trailing, cfg)[0] for p, cfg in cases]
+        joins = [0, 2, 5, 1][:len(cases)]
+        batched = _run_batched(s, m, cases, joins)
+    for i, (a, b) in enumerate(zip(alone, batched)):
+        assert len(a) > 0
+        np.testing.assert_array_equal(b, a, err_msg=f"case {i}")
+
+
+def test_batch_bad_input(cv: qtts.Model) -> None:
+    for bad in (0, 100_000):
+        with pytest.raises(ValueError, match="max_batch"):
+            cv.engine.batch(bad)
+    batch = cv.engine.batch(1)
+    with cv.engine.session() as s:
+        p, cfg = _case(cv, s, TEXTS[1], 1, 5, False, non_streaming_mode=True, speaker="ryan")
+        with pytest.raises(ValueError, match="n_frames"):
+            s.batch_step(batch, 0)
+        assert s.batch_step(batch, 3) == []  # nothing to step
+        slot = s.batch_add(batch, p.embeddings, p.trailing, cfg)
+        with pytest.raises(ValueError, match="slots are in use"):
+            s.batch_add(batch, p.embeddings, p.trailing, cfg)
+        with pytest.raises(ValueError, match="out of range"):
+            s.batch_remove(batch, 1)
+        with pytest.raises(ValueError, match="prompt"):
+            s.batch_add(batch, p.embeddings[:, :3], p.trailing, cfg)
+        s.batch_remove(batch, slot)
+        with pytest.raises(ValueError, match="holds no generation"):
+            s.batch_remove(batch, slot)
+        with pytest.raises(ValueError, match="not started"):
+            s.decode_stream_push(np.zeros((1, 16), dtype=np.int32), stream=12345)
+
+
+def test_decode_streams_are_independent(cv: qtts.Model) -> None:
+    a = cv.generate_codes(TEXTS[0], speaker="ryan", seed=1, max_new_tokens=12).codes
+    b = cv.generate_codes(TEXTS[2], speaker="vivian", seed=2, max_new_tokens=9).codes
+    with cv.engine.session() as s:
+        want_a, want_b = s.decode(a), s.decode(b)
+        ids = cv.engine.new_stream_id(), cv.engine.new_stream_id()
+        for i in ids:
+            s.decode_stream_reset(stream=i)
+        got: dict[int, list[np.ndarray]] = {i: [] for i in ids}
+        for k in range(0, 12, 3):  # interleaved pushes
+            got[ids[0]].append(s.decode_stream_push(a[k:k + 3], stream=ids[0]))
+            got[ids[1]].append(s.decode_stream_push(b[k:k + 3], stream=ids[1]))
+        for i in ids:
+            s.decode_stream_close(i)
+    np.testing.assert_allclose(np.concatenate(got[ids[0]]), want_a, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(got[ids[1]]), want_b, atol=1e-5)
+
+
+def test_synthesize_batch_equals_synthesize(cv: qtts.Model) -> None:
+    long = "First sentence of a few. Second one, a little longer than that."
+    texts = [TEXTS[0], TEXTS[1], long]
+    kw = dict(speaker=["ryan", "vivian", "ryan"], seed=[1, 2, 3], split_sentences=[False, False, 30],
+              max_new_tokens=25)
+    got = cv.synthesize_batch(texts, max_batch=2, **kw)
+    for i, (text, audio) in enumerate(zip(texts, got)):
+        want = cv.synthesize(text, speaker=kw["speaker"][i], seed=kw["seed"][i],
+                             split_sentences=kw["split_sentences"][i], max_new_tokens=25)
+        np.testing.assert_array_equal(audio.codes, want.codes)
+        np.testing.assert_array_equal(audio.samples, want.samples)
+        assert audio.stop_reason == want.stop_reason and audio.timings.frames == want.timings.frames
+    assert cv.synthesize_batch([]) == []
+    with pytest.raises(TypeError, match="speaker"):
+        cv.synthesize_batch(texts, speaker=["ryan"])  # a list of another length is shared: not a str
+    with pytest.raises(ValueError, match="max_batch"):
+        cv.synthesize_batch(texts, max_batch=0)
+
+
+def test_icl_voice_batch_equals_synthesize(base: qtts.Model, voices: dict[str, qtts.Voice]) -> None:
+    vs = [voices["icl"], voices["xvec"]]
+    got = base.synthesize_batch(TEXTS[:2], voice=vs, seed=4, max_new_tokens=15)
+    for text, v, audio in zip(TEXTS, vs, got):
+        np.testing.assert_array_equal(audio.samples, base.synthesize(text, voice=v, seed=4, max_new_tokens=15).samples)
+
+
+def _streams_equal(chunks: list[qtts.AudioChunk], want: list[qtts.AudioChunk]) -> None:
+    assert [len(c.codes) for c in chunks] == [len(c.codes) for c in want]
+    assert [c.stop_reason for c in chunks] == [c.stop_reason for c in want]
+    for a, b in zip(chunks, want):
+        np.testing.assert_array_equal(a.codes, b.codes)
+        np.testing.assert_array_equal(a.samples, b.samples)
+
+
+def test_scheduler_chunks_equal_model_stream(base: qtts.Model, voices: dict[str, qtts.Voice]) -> None:
+    reqs = [dict(text=TEXTS[0], voice=voices["icl"], seed=1, max_new_tokens=20),
+            dict(text=TEXTS[2] + " " + TEXTS[0], voice=voices["xvec"], seed=2, max_new_tokens=9, split_sentences=40),
+            dict(text=TEXTS[1], voice=voices["icl"], seed=3, max_new_tokens=14, do_sample=False)]
+    with Scheduler(base, max_batch=2, max_queue=4, first_chunk_frames=2, max_chunk_frames=4) as sched:
+        jobs = [sched.submit(**r) for r in reqs]
+        got = [list(j) for j in jobs]
+        assert sched.stats.requests_total == 3 and sched.stats.frames_total == sum(
+            len(c.codes) for g in got for c in g)
+    for r, job, chunks in zip(reqs, jobs, got):
+        want = list(base.stream(**r, first_chunk_frames=2, max_chunk_frames=4))
+        _streams_equal(chunks, want)
+        assert job.done and job.timings.time_to_first_audio_ms is not None
+        audio = job.result(timeout=0)
+        np.testing.assert_array_equal(audio.samples, np.concatenate([c.samples for c in want]))
+
+
+def test_cancel_stops_within_a_frame_and_frees_the_slot(cv: qtts.Model) -> None:
+    with Scheduler(cv, max_batch=1, max_queue=1) as sched:
+        job = sched.submit(TEXTS[0], speaker="ryan", max_new_tokens=10_000, frame_budget=None, seed=1)
+        waiting = sched.submit(TEXTS[1], speaker="ryan", seed=2, max_new_tokens=5)
+        with pytest.raises(QueueFull):
+            sched.submit(TEXTS[1], speaker="ryan")
+        it = iter(job)
+        first = next(it)
+        job.cancel()
+        rest = list(it)
+        assert rest[-1].stop_reason == "cancelled" and job.stop_reason == "cancelled"
+        assert len(first.codes) + sum(len(c.codes) for c in rest) <= 1 + 1 + 2 + 4 + 8  # a few steps at most
+        assert list(waiting)[-1].stop_reason == "max_new_tokens"  # the slot was freed for it
+        queued = sched.submit(TEXTS[1], speaker="ryan", seed=3, max_new_tokens=5)
+        queued.cancel()
+        assert queued.result(timeout=30).stop_reason in ("cancelled", "max_new_tokens")
+        assert sched.stats.cancelled_total >= 1 and sched.stats.running == 0
+    with pytest.raises(SchedulerClosed):
+        sched.submit(TEXTS[1], speaker="ryan")
+
+
+def test_async_iteration_and_close_cancel(cv: qtts.Model) -> None:
+    kw = dict(speaker="ryan", seed=5, max_new_tokens=12)
+    want = list(cv.stream(TEXTS[0], **kw))
+
+    async def consume(sched: Scheduler) -> list[qtts.AudioChunk]:
+        return [c async for c in sched.submit(TEXTS[0], **kw)]
+
+    with Scheduler(cv, max_batch=2) as sched:
+        got = asyncio.run(consume(sched))
+    _streams_equal(got, want)
+    sched = Scheduler(cv, max_batch=1)
+    jobs = [sched.submit(TEXTS[0], speaker="ryan", max_new_tokens=10_000, frame_budget=None) for _ in range(3)]
+    sched.close(cancel=True, timeout=60)
+    assert all(j.done and j.stop_reason == "cancelled" for j in jobs)
+
+
+def test_errors_reach_the_consumer(cv: qtts.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Scheduler(cv, max_batch=2) as sched:
+        with pytest.raises(TypeError, match="temperature"):
+            sched.submit(TEXTS[0], speaker="ryan", temperature="hot")
+        with pytest.raises(ValueError, match="speaker"):
+            sched.submit(TEXTS[0], speaker="nobody")
+
+        def fail(*args: object) -> None:
+            raise QttsError("graph compute failed")
+
+        monkeypatch.setattr(SessionHandle, "batch_step", fail)
+        job = sched.submit(TEXTS[0], speaker="ryan", max_new_tokens=5)
+        with pytest.raises(QttsError, match="graph compute"):
+            list(job)
+        with pytest.raises(QttsError):
+            job.result(timeout=10)
+        monkeypatch.undo()
+        # the scheduler goes on, and eager calls from another thread work meanwhile
+        job = sched.submit(TEXTS[0], speaker="ryan", max_new_tokens=30)
+        other: list[qtts.Audio] = []
+        t = threading.Thread(target=lambda: other.append(cv.synthesize(TEXTS[1], speaker="ryan", max_new_tokens=4)))
+        t.start()
+        assert job.result(timeout=60).stop_reason == "max_new_tokens"
+        t.join(60)
+        assert other[0].codes.shape == (3, 16)
