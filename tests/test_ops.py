@@ -11,27 +11,18 @@ and the codec encoder build them.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from qtts._native import core
+from tests.fixtures.simd import PATHS, U32, path  # noqa: F401  (path is a fixture)
 from qtts.convert.checkpoint import _conv_panels, _convt_panels
 
 ops = core.ops
-PATHS: list[str] = ops.simd_paths()
 THREADS = (1, 2)
-U32 = 2.0 ** -24  # float32 unit roundoff
 
-
-@pytest.fixture(params=PATHS)
-def path(request: pytest.FixtureRequest) -> Iterator[str]:
-    ops.set_simd_path(request.param)
-    try:
-        yield request.param
-    finally:
-        ops.set_simd_path(PATHS[-1])
 
 
 def on_paths(fn: Callable[[], np.ndarray]) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ blocks (the AVX-512 kernel takes 16 at a time), M across the 4-column tiles and 
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -23,22 +23,13 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
 from qtts._native import core
+from tests.fixtures.simd import PATHS, U32, path  # noqa: F401  (path is a fixture)
 
 ops = core.ops
-PATHS: list[str] = ops.simd_paths()
 TYPES = {"q8_0": (QT.Q8_0, 32, 45 * 32), "q4_k": (QT.Q4_K, 256, 3 * 256), "q6_k": (QT.Q6_K, 256, 3 * 256)}
 N = 37
 COLUMNS = (1, 2, 3, 5, 8, 17, 40)
-U32 = 2.0 ** -24
 
-
-@pytest.fixture(params=PATHS)
-def path(request: pytest.FixtureRequest) -> Iterator[str]:
-    ops.set_simd_path(request.param)
-    try:
-        yield request.param
-    finally:
-        ops.set_simd_path(PATHS[-1])
 
 
 class Case:
