@@ -24,7 +24,8 @@ import numpy as np
 from .audio import Audio, AudioChunk, Timings
 from .config import check_int
 from .engine import Batch, SessionHandle
-from .speech import PAUSE_SECONDS, Request, _clone_timings, _decode, _finish, _ref_codes, _timed_prompt
+from .speech import (PAUSE_SECONDS, Request, clone_timings_into, decode_codes, finish_timings, ref_codes,
+                     timed_prompt)
 
 if TYPE_CHECKING:
     from .model import Model
@@ -88,7 +89,7 @@ class Job:
         self._waves: list[np.ndarray] = []  # eager
         self._codes: list[np.ndarray] = []
         self._gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
-        _clone_timings(self.timings, req.clone_timings)
+        clone_timings_into(self.timings, req.clone_timings)
 
     @property
     def done(self) -> bool:
@@ -291,17 +292,17 @@ class Scheduler:
             for j in gone:
                 self._queue.remove(j)
         for j in gone:
-            self._finish(j, "cancelled")
+            self.finish_timings(j, "cancelled")
 
     def _start(self, job: Job) -> None:
         """Admit a job (or its next piece) into a slot: prompt, prefill, decode stream."""
         if job._cancel.is_set():
-            self._finish(job, "cancelled")
+            self.finish_timings(job, "cancelled")
             return
         req, i = job._req, job._piece
         try:
             with self._engine.session() as s:
-                prompt = _timed_prompt(self._model, s, req, req.pieces[i], job.timings)
+                prompt = timed_prompt(self._model, s, req, req.pieces[i], job.timings)
                 slot = s.batch_add(self._batch, prompt.embeddings, prompt.trailing,
                                    req.config.for_piece(i, req.pieces[i]))
                 if not job._eager:
@@ -316,7 +317,7 @@ class Scheduler:
     def _reset_stream(self, s: SessionHandle, job: Job) -> None:
         if job._stream is None:
             job._stream = self._engine.new_stream_id()
-        ref = _ref_codes(job._req)
+        ref = ref_codes(job._req)
         t0 = time.perf_counter()
         s.decode_stream_reset(silent_frames=0 if ref is None else len(ref), stream=job._stream)
         if ref is not None:  # the decoder's context: the reference frames, whose audio is not emitted
@@ -368,7 +369,7 @@ class Scheduler:
         else:
             self._emit(job, reason if last else None, final=last)
         if last:
-            self._finish(job, None)
+            self.finish_timings(job, None)
             return
         job._piece += 1
         if not job._eager:
@@ -392,7 +393,7 @@ class Scheduler:
         if job.timings.time_to_first_audio_ms is None and len(wav):
             job.timings.time_to_first_audio_ms = (time.perf_counter() - job._t_start) * 1e3
         if final:
-            _finish(job.timings, job._gen, job._frames, job._samples / self._model.sample_rate, job._t_start)
+            finish_timings(job.timings, job._gen, job._frames, job._samples / self._model.sample_rate, job._t_start)
         job._put(AudioChunk(wav, self._model.sample_rate, codes, job._index, reason))
         job._index += 1
 
@@ -403,15 +404,15 @@ class Scheduler:
         if len(codes):
             t0 = time.perf_counter()
             with self._engine.session() as s:
-                job._waves.append(_decode(s, codes, _ref_codes(job._req)))
+                job._waves.append(decode_codes(s, codes, ref_codes(job._req)))
             job._gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
             if not last:
                 job._waves.append(np.zeros(int(PAUSE_SECONDS * self._model.sample_rate), dtype=np.float32))
         if last:
             samples = sum(len(w) for w in job._waves)
-            _finish(job.timings, job._gen, job._frames, samples / self._model.sample_rate, job._t_start)
+            finish_timings(job.timings, job._gen, job._frames, samples / self._model.sample_rate, job._t_start)
 
-    def _finish(self, job: Job, reason: str | None) -> None:
+    def finish_timings(self, job: Job, reason: str | None) -> None:
         """The job ended; `reason` set: it ended before generating (cancelled while queued)."""
         if reason is not None:
             job.stop_reason = reason

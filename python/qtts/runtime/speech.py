@@ -79,7 +79,7 @@ def generate_piece(model: Model, s: SessionHandle, req: Request, index: int, tim
     step's frame count). Stepped, it first yields an empty step once the prompt is prefilled;
     the stop reason is None until the last step."""
     piece = req.pieces[index]
-    prompt = _timed_prompt(model, s, req, piece, timings)
+    prompt = timed_prompt(model, s, req, piece, timings)
     config = req.config.for_piece(index, piece)
     if steps is None:
         yield s.generate(prompt.embeddings, prompt.trailing, config)
@@ -102,7 +102,7 @@ def synthesize(model: Model, s: SessionHandle, req: Request, progress: ProgressC
     all_codes: list[np.ndarray] = []
     stop_reason = "eos"
     gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
-    _clone_timings(timings, req.clone_timings)
+    clone_timings_into(timings, req.clone_timings)
     limit = sum(req.config.for_piece(i, p).frame_limit for i, p in enumerate(req.pieces))
     done = 0
     for i in range(len(req.pieces)):
@@ -121,7 +121,7 @@ def synthesize(model: Model, s: SessionHandle, req: Request, progress: ProgressC
             gen[k] += raw[k]
         if len(codes):
             t0 = time.perf_counter()
-            waves.append(_decode(s, codes, _ref_codes(req)))
+            waves.append(decode_codes(s, codes, ref_codes(req)))
             gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
             if i + 1 < len(req.pieces):
                 waves.append(pause)
@@ -132,7 +132,7 @@ def synthesize(model: Model, s: SessionHandle, req: Request, progress: ProgressC
             break
     samples = np.concatenate(waves) if waves else np.zeros(0, dtype=np.float32)
     codes = np.concatenate(all_codes) if all_codes else model.engine.empty_codes()
-    _finish(timings, gen, len(codes), len(samples) / model.sample_rate, t_start)
+    finish_timings(timings, gen, len(codes), len(samples) / model.sample_rate, t_start)
     return Audio(samples, model.sample_rate, codes, stop_reason, timings)
 
 
@@ -153,8 +153,8 @@ def stream(model: Model, s: SessionHandle, req: Request, *, first_chunk_frames: 
     timings = timings if timings is not None else Timings()
     gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
     frames, samples_out, index = 0, 0, 0
-    ref = _ref_codes(req)
-    _clone_timings(timings, req.clone_timings)
+    ref = ref_codes(req)
+    clone_timings_into(timings, req.clone_timings)
     for i in range(len(req.pieces)):
         if ref is None:
             s.decode_stream_reset()
@@ -177,7 +177,7 @@ def stream(model: Model, s: SessionHandle, req: Request, *, first_chunk_frames: 
                 timings.time_to_first_audio_ms = (time.perf_counter() - t_start) * 1e3
             last = reason is not None and (i + 1 == len(req.pieces) or reason == "cancelled")
             if last:
-                _finish(timings, {**gen, **{k: gen[k] + raw[k] for k in ("prefill_ms", "talker_ms", "predictor_ms")}},
+                finish_timings(timings, {**gen, **{k: gen[k] + raw[k] for k in ("prefill_ms", "talker_ms", "predictor_ms")}},
                         frames, samples_out / model.sample_rate, t_start)
             yield AudioChunk(wav, model.sample_rate, codes, index, reason if last else None)
             index += 1
@@ -192,7 +192,8 @@ def stream(model: Model, s: SessionHandle, req: Request, *, first_chunk_frames: 
             index += 1
 
 
-def _timed_prompt(model: Model, s: SessionHandle, req: Request, piece: str, timings: Timings) -> Prompt:
+def timed_prompt(model: Model, s: SessionHandle, req: Request, piece: str, timings: Timings) -> Prompt:
+    """A piece's prompt, its tokenizing and building time added to `timings`."""
     t0 = time.perf_counter()
     prompt = build_prompt(model, s, piece, req.cond, non_streaming_mode=req.non_streaming_mode)
     timings.prompt_ms += (time.perf_counter() - t0) * 1e3 - prompt.tokenize_ms
@@ -200,12 +201,13 @@ def _timed_prompt(model: Model, s: SessionHandle, req: Request, piece: str, timi
     return prompt
 
 
-def _ref_codes(req: Request) -> np.ndarray | None:
+def ref_codes(req: Request) -> np.ndarray | None:
+    """The reference clip's codes of an ICL voice (the decoder's silent context), else None."""
     clone = req.cond.clone
     return None if clone is None else clone.ref_codes
 
 
-def _decode(s: SessionHandle, codes: np.ndarray, ref: np.ndarray | None) -> np.ndarray:
+def decode_codes(s: SessionHandle, codes: np.ndarray, ref: np.ndarray | None) -> np.ndarray:
     """The waveform of generated codes; an ICL voice decodes them after its reference codes and
     cuts the reference's share off with the reference's own proportional formula, which can be
     one sample off the frame boundary (docs/model.md, "Reference quirks")."""
@@ -217,13 +219,15 @@ def _decode(s: SessionHandle, codes: np.ndarray, ref: np.ndarray | None) -> np.n
     return wav[cut:]
 
 
-def _clone_timings(t: Timings, clone: CloneTimings | None) -> None:
+def clone_timings_into(t: Timings, clone: CloneTimings | None) -> None:
+    """Copy the reference clip's encoding times into a request's Timings."""
     if clone is not None:
         t.speaker_encode_ms, t.codec_encode_ms, t.voice_cache = (clone.speaker_encode_ms, clone.codec_encode_ms,
                                                                  clone.cache)
 
 
-def _finish(t: Timings, gen: dict[str, float], frames: int, audio_seconds: float, t_start: float) -> None:
+def finish_timings(t: Timings, gen: dict[str, float], frames: int, audio_seconds: float, t_start: float) -> None:
+    """Per-frame figures, totals, RTF and peak RSS of a finished request."""
     per = max(frames, 1)
     t.prefill_ms = gen["prefill_ms"]
     t.talker_ms_per_frame = gen["talker_ms"] / per
