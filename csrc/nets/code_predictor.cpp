@@ -23,22 +23,19 @@ void load_code_predictor(GgufFile & f, const Talker & t, CodePredictor & c) {
     c.mtp_proj_b = f.tensor(tn::CODE_PRED_MTP_PROJ_B, {dc}, WeightKind::F32, proj);
 }
 
-ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
-                                   const KvCache & cache, int step) {
-    return build_predictor_step_batch(ctx, gf, c, t, cache, step, 1, 0);
-}
+namespace {
 
-ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c,
-                                         const Talker & t, const KvCache & cache, int step, int64_t lanes,
-                                         int64_t lane_stride) {
-    ggml_tensor * code = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, lanes), kPredCode);
+// One step's logits [vocab, lanes] for the code tensor `code` (I32 [lanes]); `pos` is made an
+// input named kPredPos unless given.
+ggml_tensor * predictor_logits(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
+                               const KvCache & cache, int step, int64_t lanes, int64_t lane_stride, ggml_tensor * code,
+                               ggml_tensor * hidden, ggml_tensor * pos) {
     ggml_tensor * x;
     if (step == 0) {
         // per lane the two positions [h, C(cb0)]
         const int64_t d = t.n_embd();
-        ggml_tensor * h = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, d, lanes), kPredHidden);
         ggml_tensor * e = ggml_get_rows(ctx, t.codec_embd, code);
-        x = ggml_concat(ctx, ggml_reshape_3d(ctx, h, d, 1, lanes), ggml_reshape_3d(ctx, e, d, 1, lanes), 1);
+        x = ggml_concat(ctx, ggml_reshape_3d(ctx, hidden, d, 1, lanes), ggml_reshape_3d(ctx, e, d, 1, lanes), 1);
         x = ggml_reshape_2d(ctx, x, d, 2 * lanes);
     } else {
         x = ggml_get_rows(ctx, c.codec_embd[step - 1], code);
@@ -47,7 +44,7 @@ ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, c
     if (c.mtp_proj) x = linear(ctx, x, c.mtp_proj, c.mtp_proj_b);
     x = named(x, "pred.inp_embd");
     const int64_t n_all = x->ne[1], n = n_all / lanes;
-    ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_all), kPredPos);
+    if (!pos) pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_all), kPredPos);
     const int n_past = step == 0 ? 0 : step + 1;
     const KvWindow kv{&cache.k, &cache.v, n_past, n_past + n, lanes, lane_stride};
     StackOptions o;
@@ -59,5 +56,56 @@ ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, c
     if (n > 1 && lanes > 1) x = ggml_cont(ctx, x);
     x = named(rms_norm(ctx, x, c.output_norm, c.tfm.hp.eps), "pred.hidden");
     return named(matmul(ctx, c.lm_head[step], x), "%s", kPredLogits);
+}
+
+// The custom op of build_predictor_frame: one thread runs select_token over the logits.
+void sample_op(ggml_tensor * dst, int ith, int, void * userdata) {
+    if (ith != 0) return;
+    auto * s = static_cast<FrameSampler *>(userdata);
+    const ggml_tensor * logits = dst->src[0];
+    const auto * v = static_cast<const float *>(logits->data);
+    int32_t code = 0;
+    try {
+        s->logits.assign(v, v + logits->ne[0]);
+        if (!s->error) code = select_token(s->logits, *s->params, *s->rng);
+    } catch (...) {
+        s->error = std::current_exception();
+    }
+    *static_cast<int32_t *>(dst->data) = code;
+}
+
+}  // namespace
+
+ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
+                                   const KvCache & cache, int step) {
+    return build_predictor_step_batch(ctx, gf, c, t, cache, step, 1, 0);
+}
+
+ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c,
+                                         const Talker & t, const KvCache & cache, int step, int64_t lanes,
+                                         int64_t lane_stride) {
+    ggml_tensor * code = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, lanes), kPredCode);
+    ggml_tensor * hidden = step == 0 ? input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), lanes), kPredHidden)
+                                     : nullptr;
+    return predictor_logits(ctx, gf, c, t, cache, step, lanes, lane_stride, code, hidden, nullptr);
+}
+
+ggml_tensor * build_predictor_frame(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
+                                    const KvCache & cache, FrameSampler * sampler, FrameGraphIo & io) {
+    io = FrameGraphIo{};
+    io.code0 = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1), kPredCode);
+    io.hidden = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), 1), kPredHidden);
+    ggml_tensor * code = io.code0;
+    for (int step = 0; step + 1 < t.n_code_groups; ++step) {
+        ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, step == 0 ? 2 : 1);
+        io.pos.push_back(input(pos, format("%s.%d", kPredPos, step).c_str()));
+        ggml_tensor * logits = predictor_logits(ctx, gf, c, t, cache, step, 1, 0, code, io.hidden, pos);
+        code = ggml_custom_4d(ctx, GGML_TYPE_I32, 1, 1, 1, 1, &logits, 1, sample_op, 1, sampler);
+        code = named(code, "pred.code.%d", step + 1);
+        ggml_set_output(code);
+        ggml_build_forward_expand(gf, code);
+        io.codes.push_back(code);
+    }
+    return code;
 }
 }  // namespace qtts

@@ -2,8 +2,11 @@
 // small Qwen3 transformer with a fresh KV cache per frame (docs/model.md, "Code predictor").
 #pragma once
 
+#include <exception>
+#include <random>
 #include <vector>
 
+#include "runtime/sampling.h"
 #include "runtime/transformer.h"
 
 namespace qtts {
@@ -38,5 +41,31 @@ ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const C
 ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c,
                                          const Talker & t, const KvCache & cache, int step, int64_t lanes,
                                          int64_t lane_stride);
+
+// What the sampling op inside build_predictor_frame reads: the subtalker's settings and the
+// generation's RNG, set before each compute. An exception select_token raised is kept here (the
+// op answers code 0 so that the graph finishes) and rethrown by the caller after the compute.
+struct FrameSampler {
+    const SamplingParams * params = nullptr;
+    std::mt19937_64 * rng = nullptr;
+    std::vector<float> logits;
+    std::exception_ptr error;
+};
+
+// The tensors of a frame graph the session fills and reads.
+struct FrameGraphIo {
+    ggml_tensor * hidden = nullptr;      // kPredHidden [D]
+    ggml_tensor * code0 = nullptr;       // kPredCode [1]: cb0
+    std::vector<ggml_tensor *> pos;      // per step: [0, 1] for step 0, [step + 1] after
+    std::vector<ggml_tensor *> codes;    // outputs, I32 [1]: cb1..
+};
+
+// cb1..cb_{groups-1} of one frame as one graph: the steps of build_predictor_step in order, each
+// step's logits sampled by a single-threaded custom op calling select_token (the same host
+// function, the same RNG stream as the step-by-step loop), whose I32 output the next step's
+// embedding lookup reads. The graph's shapes do not depend on the frame: it is built once and
+// replayed (docs/architecture.md, "Graph replay").
+ggml_tensor * build_predictor_frame(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
+                                    const KvCache & cache, FrameSampler * sampler, FrameGraphIo & io);
 
 }  // namespace qtts

@@ -295,6 +295,7 @@ void VocoderState::reset() {
 std::vector<float> Session::codec_run(VocoderState & st, const int32_t * codes, int64_t n,
                                       const std::vector<std::string> & stages, std::vector<CodecStage> * got,
                                       bool full) {
+    const Phase phase(*this, "vocoder");
     const Vocoder & w = model_->vocoder;
     const int64_t g = w.n_quantizers, n_kv = round_up(st.n_past + n, kKeyPad);
     if (n_kv > st.n_ctx) fail("codec decoder: segment of %lld frames exceeds its cache", static_cast<long long>(st.n_past + n));

@@ -3,6 +3,7 @@
 // code predictor (the subtalker).
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <limits>
 
 #include "nets/code_predictor.h"
@@ -38,6 +39,7 @@ TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n, int
 }
 
 TalkerOutput Session::talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx) {
+    const Phase phase(*this, "prefill");
     const Talker & t = model_->talker;
     if (n < 1 || embd.size() != static_cast<size_t>(n) * t.n_embd()) {
         fail("talker prefill: expected [%d, %d] embeddings, got %zu values", n, t.n_embd(), embd.size());
@@ -64,6 +66,7 @@ TalkerOutput Session::talker_prefill(KvCache & cache, const std::vector<float> &
 }
 
 TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const float * text, int n_past) {
+    const Phase phase(*this, "talker");
     const Talker & t = model_->talker;
     if (static_cast<int>(codes.size()) != t.n_code_groups) {
         fail("talker step: expected %d codes, got %zu", t.n_code_groups, codes.size());
@@ -91,6 +94,51 @@ TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const floa
 
 void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
                             std::mt19937_64 & rng) {
+    const Phase phase(*this, "predictor");
+    // the sampling op reads the logits from host memory: a device keeps the step graphs
+    if (backend_ != cpu_) return predict_frame_steps(hidden, codes, p, rng);
+    ProfileClock clock(*this);
+    if (!frame_.gf || frame_.cache_epoch != pred_cache_.epoch()) build_frame_graph();
+    clock.lap(":build");
+    FrameGraph & f = frame_;
+    f.sampler.params = &p;
+    f.sampler.rng = &rng;
+    f.sampler.error = nullptr;
+    ggml_backend_tensor_set(f.io.hidden, hidden.data(), 0, ggml_nbytes(f.io.hidden));
+    ggml_backend_tensor_set(f.io.code0, &codes[0], 0, sizeof(int32_t));
+    for (size_t step = 0; step < f.io.pos.size(); ++step) {
+        const std::vector<int32_t> pos = step == 0 ? positions(0, 2) : positions(static_cast<int>(step) + 1, 1);
+        ggml_backend_tensor_set(f.io.pos[step], pos.data(), 0, pos.size() * sizeof(int32_t));
+    }
+    clock.lap(":alloc");
+    compute(f.sched, f.gf, clock);
+    if (f.sampler.error) std::rethrow_exception(f.sampler.error);
+    for (size_t g = 0; g < f.io.codes.size(); ++g) {
+        ggml_backend_tensor_get(f.io.codes[g], &codes[g + 1], 0, sizeof(int32_t));
+    }
+}
+
+void Session::build_frame_graph() {
+    free_frame_graph();
+    const size_t nodes = kMaxNodes;
+    ggml_init_params ip = {ggml_tensor_overhead() * nodes + ggml_graph_overhead_custom(nodes, false), nullptr,
+                           /*no_alloc=*/true};
+    GgmlErrorCapture log;
+    frame_.ctx = ggml_init(ip);
+    if (!frame_.ctx) engine_fail(log, "could not create the code predictor's graph context");
+    frame_.gf = ggml_new_graph_custom(frame_.ctx, static_cast<int>(nodes), false);
+    build_predictor_frame(frame_.ctx, frame_.gf, model_->code_predictor, model_->talker, pred_cache_, &frame_.sampler,
+                          frame_.io);
+    frame_.sched = new_sched();
+    if (!ggml_backend_sched_alloc_graph(frame_.sched, frame_.gf)) {
+        free_frame_graph();
+        engine_fail(log, "could not allocate the code predictor's graph");
+    }
+    frame_.cache_epoch = pred_cache_.epoch();
+}
+
+void Session::predict_frame_steps(const std::vector<float> & hidden, std::vector<int32_t> & codes,
+                                  const SamplingParams & p, std::mt19937_64 & rng) {
     const int groups = model_->talker.n_code_groups;
     for (int step = 0; step + 1 < groups; ++step) {
         const int32_t code = codes[step];

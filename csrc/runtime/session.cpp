@@ -1,5 +1,6 @@
 #include "runtime/session.h"
 
+#include "ops/qmatmul.h"
 #include "runtime/error.h"
 #include "runtime/graph.h"
 
@@ -32,6 +33,7 @@ Session::Session(std::shared_ptr<const Model> model, int n_threads) : model_(std
 }
 
 Session::~Session() {
+    free_frame_graph();
     if (graph_ctx_) ggml_free(graph_ctx_);
     if (sched_) ggml_backend_sched_free(sched_);
     if (cpu_ && cpu_ != backend_) ggml_backend_free(cpu_);
@@ -39,20 +41,33 @@ Session::~Session() {
     if (threadpool_) ggml_threadpool_free(threadpool_);
 }
 
-void Session::make_sched() {
+ggml_backend_sched_t Session::new_sched() {
     std::vector<ggml_backend_t> backends = {backend_};
     if (cpu_ != backend_) backends.push_back(cpu_);
     GgmlErrorCapture log;
-    sched_ = ggml_backend_sched_new(backends.data(), nullptr, static_cast<int>(backends.size()), kMaxNodes,
-                                    /*parallel=*/false, /*op_offload=*/true);
-    if (!sched_) engine_fail(log, "could not create the backend scheduler");
-    if (profiling_) ggml_backend_sched_set_eval_callback(sched_, &Session::profile_node, this);
+    ggml_backend_sched_t s = ggml_backend_sched_new(backends.data(), nullptr, static_cast<int>(backends.size()),
+                                                    kMaxNodes, /*parallel=*/false, /*op_offload=*/true);
+    if (!s) engine_fail(log, "could not create the backend scheduler");
+    if (profiling_) ggml_backend_sched_set_eval_callback(s, &Session::profile_node, this);
+    return s;
+}
+
+void Session::make_sched() { sched_ = new_sched(); }
+
+void Session::free_frame_graph() {
+    if (frame_.ctx) ggml_free(frame_.ctx);
+    if (frame_.sched) ggml_backend_sched_free(frame_.sched);
+    frame_.ctx = nullptr;
+    frame_.sched = nullptr;
+    frame_.gf = nullptr;
+    frame_.cache_epoch = 0;
 }
 
 // The scheduler's buffers only ever grow to the largest graph seen: recreating it is the way
 // to hand them back.
 void Session::release_buffers() {
     talker_cache_.release();
+    free_frame_graph();
     if (graph_ctx_) ggml_free(graph_ctx_);
     graph_ctx_ = nullptr;
     ggml_backend_sched_free(sched_);
@@ -66,15 +81,34 @@ void Session::set_prefill_chunk(int n) {
 }
 
 std::map<std::string, size_t> Session::memory() const {
-    size_t compute = ggml_backend_sched_get_buffer_size(sched_, backend_);
-    if (cpu_ != backend_) compute += ggml_backend_sched_get_buffer_size(sched_, cpu_);
+    size_t compute = 0;
+    for (ggml_backend_sched_t s : {sched_, frame_.sched}) {
+        if (!s) continue;
+        compute += ggml_backend_sched_get_buffer_size(s, backend_);
+        if (cpu_ != backend_) compute += ggml_backend_sched_get_buffer_size(s, cpu_);
+    }
     return {{"kv_cache", talker_cache_.bytes() + pred_cache_.bytes()}, {"compute_buffers", compute}};
 }
 
 void Session::set_profiling(bool on) {
     profile_.clear();
     profiling_ = on;
-    ggml_backend_sched_set_eval_callback(sched_, on ? &Session::profile_node : nullptr, this);
+    for (ggml_backend_sched_t s : {sched_, frame_.sched}) {
+        if (s) ggml_backend_sched_set_eval_callback(s, on ? &Session::profile_node : nullptr, this);
+    }
+}
+
+void Session::profile_add(const char * what, double value) {
+    profile_[std::string(phase_) + "/" + what] += value;
+}
+
+// Custom ops by what they do: the quantized matmul (quantized weights in), the in-graph sampling
+// (an I32 code out), the audio networks' kernels.
+static const char * profile_op_name(const ggml_tensor * t) {
+    if (t->op == GGML_OP_UNARY) return ggml_unary_op_name(ggml_get_unary_op(t));
+    if (t->op != GGML_OP_CUSTOM) return ggml_op_name(t->op);
+    if (t->src[0] && qmatmul_supports(t->src[0]->type)) return "QMATMUL";
+    return t->type == GGML_TYPE_I32 ? "SAMPLE" : "CUSTOM";
 }
 
 bool Session::profile_node(ggml_tensor * t, bool ask, void * self) {
@@ -84,9 +118,16 @@ bool Session::profile_node(ggml_tensor * t, bool ask, void * self) {
         s->profile_t0_ = now;
         return true;  // observe every node: the scheduler then computes them one at a time
     }
-    const char * op = t->op == GGML_OP_UNARY ? ggml_unary_op_name(ggml_get_unary_op(t)) : ggml_op_name(t->op);
-    s->profile_[op] += std::chrono::duration<double, std::milli>(now - s->profile_t0_).count();
+    s->profile_add(profile_op_name(t), std::chrono::duration<double, std::milli>(now - s->profile_t0_).count());
     return true;
+}
+
+void Session::compute(ggml_backend_sched_t sched, ggml_cgraph * gf, ProfileClock & clock) {
+    GgmlErrorCapture log;
+    const ggml_status status = ggml_backend_sched_graph_compute(sched, gf);
+    if (status != GGML_STATUS_SUCCESS) engine_fail(log, "graph compute failed: %s", ggml_status_to_string(status));
+    clock.lap(":compute");
+    if (profiling_) profile_add(":graphs", 1.0);
 }
 
 CodecOps Session::codec_ops(ggml_context * ctx) const {
@@ -97,6 +138,7 @@ std::string Session::device() const { return ggml_backend_dev_name(model_->devic
 
 ggml_cgraph * Session::run(const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,
                            const std::function<void(ggml_cgraph *)> & set_inputs) {
+    ProfileClock clock(*this);
     if (graph_ctx_) ggml_free(graph_ctx_);
     ggml_init_params ip = {graph_meta_.size(), graph_meta_.data(), /*no_alloc=*/true};
     graph_ctx_ = ggml_init(ip);
@@ -104,12 +146,13 @@ ggml_cgraph * Session::run(const std::function<ggml_tensor *(ggml_context *, ggm
     ggml_tensor * out = build(graph_ctx_, gf);
     ggml_set_output(out);
     ggml_build_forward_expand(gf, out);
+    clock.lap(":build");
     ggml_backend_sched_reset(sched_);
     GgmlErrorCapture log;
     if (!ggml_backend_sched_alloc_graph(sched_, gf)) engine_fail(log, "could not allocate the compute graph");
     set_inputs(gf);
-    const ggml_status status = ggml_backend_sched_graph_compute(sched_, gf);
-    if (status != GGML_STATUS_SUCCESS) engine_fail(log, "graph compute failed: %s", ggml_status_to_string(status));
+    clock.lap(":alloc");
+    compute(sched_, gf, clock);
     return gf;
 }
 

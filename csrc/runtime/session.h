@@ -12,6 +12,7 @@
 
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
+#include "nets/code_predictor.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
 #include "runtime/transformer.h"
@@ -103,9 +104,26 @@ public:
     void set_prefill_chunk(int n);
 
     // Per-op time accounting for performance work: while enabled, graphs run node by node (slower
-    // overall) and each node's time is added to its op name ("MUL_MAT", "CUSTOM", ...), in ms.
+    // overall) and each node's time, in ms, is added to "<phase>/<op>" ("predictor/CUSTOM"), the
+    // phase being the part of the work the graph ran for: prefill, talker, predictor, vocoder or
+    // other. The plumbing around the compute adds "<phase>/:build" (graph construction),
+    // "<phase>/:alloc" (scheduling, allocation, inputs), "<phase>/:compute" (the compute calls,
+    // ops included) and "<phase>/:graphs" (a count of graph computes).
     void set_profiling(bool on);
     std::map<std::string, double> profile() const { return profile_; }
+
+    // Names the phase of the graphs run while it lives (profiling keys).
+    class Phase {
+    public:
+        Phase(Session & s, const char * name) : s_(s), prev_(s.phase_) { s.phase_ = name; }
+        ~Phase() { s_.phase_ = prev_; }
+        Phase(const Phase &) = delete;
+        Phase & operator=(const Phase &) = delete;
+
+    private:
+        Session & s_;
+        const char * prev_;
+    };
 
 private:
     friend class Batch;  // runtime/batch.cpp: the batched loop runs its graphs on this session
@@ -123,10 +141,30 @@ private:
     void end_generation(const GenerationState & g);
 
     static bool profile_node(ggml_tensor * t, bool ask, void * self);
+    void profile_add(const char * what, double value);
     std::map<std::string, double> profile_;
     std::chrono::steady_clock::time_point profile_t0_;
     bool profiling_ = false;
+    const char * phase_ = "other";
     int prefill_chunk_ = kPrefillChunk;
+
+    // Adds the time since the previous lap to "<phase>/<what>" while profiling.
+    class ProfileClock {
+    public:
+        explicit ProfileClock(Session & s) : s_(s), t_(std::chrono::steady_clock::now()) {}
+        void lap(const char * what) {
+            if (!s_.profiling_) return;
+            const auto now = std::chrono::steady_clock::now();
+            s_.profile_add(what, std::chrono::duration<double, std::milli>(now - t_).count());
+            t_ = now;
+        }
+
+    private:
+        Session & s_;
+        std::chrono::steady_clock::time_point t_;
+    };
+    // Compute an allocated graph on `sched`; an EngineError when ggml fails.
+    void compute(ggml_backend_sched_t sched, ggml_cgraph * gf, ProfileClock & clock);
 
     // Build a graph with `build`, allocate it, let `set_inputs` fill the inputs, compute.
     ggml_cgraph * run(const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,
@@ -134,7 +172,8 @@ private:
 
     std::vector<float> embed_rows(const std::vector<int32_t> & ids, int vocab, const char * what,
                                   ggml_tensor * (*build)(ggml_context *, const Talker &, int64_t));
-    // cb1..cb15 of one frame into codes[1..], given the talker's hidden state and codes[0].
+    // cb1..cb15 of one frame into codes[1..], given the talker's hidden state and codes[0]: one
+    // replayed graph (build_predictor_frame) on the CPU, step graphs elsewhere.
     void predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
                        std::mt19937_64 & rng);
     std::vector<float> codec_run(VocoderState & st, const int32_t * codes, int64_t n,
@@ -150,6 +189,22 @@ private:
     ggml_context * graph_ctx_ = nullptr;
     std::vector<uint8_t> graph_meta_;
     KvCache talker_cache_, pred_cache_;
+    // The code predictor's frame graph (generate.cpp), allocated once by a scheduler of its own so
+    // that the other graphs in between leave it intact; rebuilt when pred_cache_ is reallocated.
+    struct FrameGraph {
+        ggml_backend_sched_t sched = nullptr;
+        ggml_context * ctx = nullptr;
+        ggml_cgraph * gf = nullptr;
+        FrameGraphIo io;
+        FrameSampler sampler;
+        uint64_t cache_epoch = 0;
+    };
+    FrameGraph frame_;
+    ggml_backend_sched_t new_sched();
+    void free_frame_graph();
+    void build_frame_graph();
+    void predict_frame_steps(const std::vector<float> & hidden, std::vector<int32_t> & codes,
+                             const SamplingParams & p, std::mt19937_64 & rng);
     std::atomic<bool> cancel_{false};
     std::unique_ptr<GenerationState> gen_;
     // On the native path the audio networks' custom ops run on the CPU threadpool and read their

@@ -1,6 +1,7 @@
 #include "runtime/transformer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "ops/conv_gemm.h"
@@ -82,6 +83,7 @@ void KvCache::release() {
     k.clear();
     v.clear();
     n_ctx_ = 0;
+    epoch_ = 0;
 }
 
 void KvCache::reserve(ggml_backend_t backend, const TransformerHParams & hp, int n_ctx) {
@@ -103,6 +105,8 @@ void KvCache::reserve(ggml_backend_t backend, const TransformerHParams & hp, int
     n_ctx_ = n_ctx;
     n_layer_ = hp.n_layer;
     width_ = width;
+    static std::atomic<uint64_t> allocations{0};
+    epoch_ = ++allocations;
 }
 
 ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {

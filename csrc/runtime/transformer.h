@@ -57,6 +57,9 @@ public:
     void reserve(ggml_backend_t backend, const TransformerHParams & hp, int n_ctx);
     int n_ctx() const { return n_ctx_; }
     size_t bytes() const { return state_.bytes(); }
+    // Changes whenever the tensors are (re)allocated: a graph built over them (a replayed one)
+    // is stale once it differs. Never 0 for an allocated cache.
+    uint64_t epoch() const { return epoch_; }
     // Free the buffer; the next reserve allocates anew.
     void release();
 
@@ -65,6 +68,7 @@ public:
 private:
     StateBuffer state_;
     int n_ctx_ = 0, n_layer_ = 0, width_ = 0;
+    uint64_t epoch_ = 0;
 };
 
 // How a graph uses a cache: it writes its n keys/values at positions n_past.. and attends to

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bench_matmul, bench_ops
+from . import bench_matmul, bench_ops, bench_profile
 
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
         "forest while the sun goes down behind the hills.")
@@ -68,7 +68,8 @@ def _settings(frames: int, seed: int) -> dict[str, Any]:
     return dict(seed=seed, min_new_tokens=frames, max_new_tokens=frames + 1, frame_budget=None)
 
 
-def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = "native") -> dict[str, Any]:
+def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = "native",
+                 profile: bool = False) -> dict[str, Any]:
     import qtts
     from .._native import core
     from ..runtime.audio import peak_rss_mb
@@ -99,6 +100,8 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
              vocoder_ms_per_frame=t.vocoder_ms_per_frame, time_to_first_audio_ms=t.time_to_first_audio_ms,
              total_ms=t.total_ms, rtf=t.rtf, frames_per_s=frames / (t.total_ms / 1e3), frames=frames,
              peak_rss_mb=peak_rss_mb(), **memory)
+    if profile:
+        r["profile"] = bench_profile.collect(m, TEXT, {**kw, **_settings(frames, seed)}, frames, r)
     return r
 
 
@@ -271,7 +274,8 @@ def run_speed(a: argparse.Namespace) -> dict[str, Any]:
                            "seed": a.seed, "matmul": a.matmul, **machine(), "results": {}}
     for qtype in a.types:
         gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
-        out["results"][qtype] = _worker("speed", gguf, str(a.threads), str(a.frames), str(a.seed), a.matmul)
+        out["results"][qtype] = _worker("speed", gguf, str(a.threads), str(a.frames), str(a.seed), a.matmul,
+                                        str(int(a.profile)))
         if log:
             log(f"{qtype}: " + json.dumps(out["results"][qtype]))
     if a.compare_reference:
@@ -329,7 +333,8 @@ def format_speed(r: dict[str, Any]) -> str:
                 for c in cols))
     head = (f"{r['release']} random weights, {r['frames']} frames, {r['threads']} threads, {r['matmul']} matmul, load "
             f"{r['load_avg']:.2f} -> {r['load_avg_end']:.2f}")
-    return head + "\n" + "\n".join(rows)
+    profiles = [bench_profile.format_profile(q, x["profile"]) for q, x in r["results"].items() if "profile" in x]
+    return "\n".join([head, *rows, *profiles])
 
 
 def format_memory(r: dict[str, Any]) -> str:
@@ -368,6 +373,8 @@ def add_parser(sub: Any) -> None:
                            help="run the official qwen-tts (fp32) on the same weights in this run")
             p.add_argument("--matmul", choices=["native", "ggml"], default="native",
                            help="quantized weight kernels: the native quantized matmul (default) or ggml's mul_mat")
+            p.add_argument("--profile", action="store_true",
+                           help="stream once more with per-op timing: ops and overhead per phase (bench_profile)")
         p.set_defaults(func=run)
     bench_matmul.add_parser(bs, run)
     bench_ops.add_parser(bs, TYPES)
@@ -395,7 +402,7 @@ def run(a: argparse.Namespace) -> int:
 def _main(argv: list[str]) -> None:
     kind, *args = argv
     if kind == "speed":
-        r = speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]), args[4])
+        r = speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]), args[4], args[5:6] == ["1"])
     elif kind == "reference":
         r = reference_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
     elif kind == "quality":

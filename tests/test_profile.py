@@ -1,0 +1,67 @@
+"""The code predictor's replayed frame graph (one compute per frame, sampling inside the graph) and
+the session profile `bench speed --profile` prints."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import qtts
+from qtts.cli.bench_profile import format_profile, summarize
+from qtts.convert.names import TN
+from tests import corrupt
+
+CV = "tiny_custom_voice-f32"
+TEXT = "Hello world, this is a tiny test."
+
+
+@pytest.fixture(scope="module")
+def cv(gguf_dir: Path) -> qtts.Model:
+    return qtts.Model(gguf_dir / f"{CV}.gguf", n_threads=2, device="cpu", voice_cache=False)
+
+
+def test_one_predictor_graph_per_frame(cv: qtts.Model) -> None:
+    want = cv.generate_codes(TEXT, speaker="ryan", seed=5, max_new_tokens=9).codes
+    cv.synthesize("Other graphs in between.", speaker="vivian", max_new_tokens=4)  # the shared scheduler's
+    with cv.engine.session() as s:
+        s.set_profiling(True)
+    try:
+        got = cv.generate_codes(TEXT, speaker="ryan", seed=5, max_new_tokens=9).codes
+        with cv.engine.session() as s:
+            prof = s.profile()
+    finally:
+        with cv.engine.session() as s:
+            s.set_profiling(False)
+    # node-by-node profiling computes the same values
+    np.testing.assert_array_equal(got, want)
+    frames = len(got)
+    assert frames == 8
+    assert prof["predictor/:graphs"] == frames  # replayed: one compute per frame, not one per code group
+    assert prof["talker/:graphs"] == frames and prof["prefill/:graphs"] == 1  # the last step samples the stop
+    assert prof["predictor/SAMPLE"] > 0 and prof["predictor/MUL_MAT"] > 0
+    assert all(k.partition("/")[0] in {"prefill", "talker", "predictor", "vocoder", "other"} for k in prof)
+    assert all(v >= 0 for v in prof.values())
+
+
+def test_predictor_nan_fails_cleanly(gguf_dir: Path, tmp_path: Path) -> None:
+    """select_token's error inside the graph's sampling op reaches the caller as the same ValueError."""
+    bad = corrupt.nan_tensor(gguf_dir / f"{CV}.gguf", tmp_path / "nan.gguf", TN.CODE_PRED_OUTPUT_NORM)
+    model = qtts.Model(bad, n_threads=2, device="cpu", voice_cache=False)
+    for sample in (False, True):
+        with pytest.raises(ValueError, match="non-finite logits"):
+            model.synthesize("Hi.", speaker="ryan", max_new_tokens=3, subtalker_dosample=sample, seed=0)
+
+
+def test_summarize_splits_phases_and_overhead() -> None:
+    raw = {"talker/QMATMUL": 40.0, "talker/ADD": 10.0, "talker/:build": 2.0, "talker/:graphs": 10.0,
+           "predictor/QMATMUL": 100.0, "predictor/SAMPLE": 5.0, "prefill/QMATMUL": 3.0}
+    p = summarize(raw, 10, {"talker_ms_per_frame": 6.0, "predictor_ms_per_frame": 12.0})
+    assert list(p["phases"]) == ["prefill", "talker", "predictor"]
+    t = p["phases"]["talker"]
+    assert t["ops"] == {"QMATMUL": 4.0, "ADD": 1.0} and t["plumbing"] == {"build": 0.2, "graphs": 1.0}
+    assert t["op_ms_per_frame"] == 5.0 and t["overhead_ms_per_frame"] == pytest.approx(1.0)
+    assert p["phases"]["predictor"]["overhead_ms_per_frame"] == pytest.approx(1.5)
+    assert "overhead_ms_per_frame" not in p["phases"]["prefill"]
+    text = format_profile("q8_0", p)
+    assert "predictor" in text and "QMATMUL 10.00" in text
