@@ -187,6 +187,7 @@ class Scheduler:
         self._lock = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
         self._running: dict[int, Job] = {}  # slot -> job
+        self._admitting = 0  # taken off the queue, not yet in a slot (prompt and prefill under way)
         self._closing = False
         self._cancel_all = False
         self._requests = self._frames = self._cancelled = self._batch_size = 0
@@ -245,7 +246,7 @@ class Scheduler:
         with self._lock:
             if self._closing:
                 raise SchedulerClosed("the scheduler is closed")
-            free = self.max_batch - len(self._running)
+            free = self.max_batch - len(self._running) - self._admitting
             if len(self._queue) >= self.max_queue + free:
                 raise QueueFull(f"{self.max_batch} requests are running and {self.max_queue} are waiting")
             self._queue.append(job)
@@ -278,6 +279,7 @@ class Scheduler:
                 admit = []
                 while self._queue and len(self._running) + len(admit) < self.max_batch:
                     admit.append(self._queue.popleft())
+                self._admitting = len(admit)
             for job in admit:
                 self._start(job)
             self._cancel_waiting()
@@ -296,6 +298,13 @@ class Scheduler:
 
     def _start(self, job: Job) -> None:
         """Admit a job (or its next piece) into a slot: prompt, prefill, decode stream."""
+        try:
+            self._admit(job)
+        finally:
+            with self._lock:
+                self._admitting -= 1
+
+    def _admit(self, job: Job) -> None:
         if job._cancel.is_set():
             self.finish_timings(job, "cancelled")
             return
@@ -377,6 +386,8 @@ class Scheduler:
             job._samples += len(pause)
             job._put(AudioChunk(pause, self._model.sample_rate, self._engine.empty_codes(), job._index))
             job._index += 1
+        with self._lock:  # out of its slot until the next piece is admitted: still counted
+            self._admitting += 1
         self._start(job)
 
     def _emit(self, job: Job, reason: str | None, final: bool = False) -> None:
