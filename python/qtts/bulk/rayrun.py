@@ -1,0 +1,70 @@
+"""The --ray runner: the pending items through Ray Data (docs/architecture.md, "Bulk synthesis").
+
+from_items (the validated items, one flat row each) -> map_batches(qtts.ray.Synthesizer) on an
+actor pool of `jobs` actors, each loading the model once with its share of the threads -> the
+rows stream back to the driver, which writes the audio files and the results table exactly as
+the local runners do (so the files are the same bytes). `address` joins a running cluster
+(the model path must then exist on every node, or be a Hugging Face repo id); without it a
+local Ray instance with jobs x threads CPUs is started and shut down again."""
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from .local import ModelSpec, split_threads
+from .manifest import Item
+from .synth import Finished
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise ImportError("--ray needs Ray Data: pip install 'qtts[ray]' (or pip install 'ray[data]')") from None
+    return ray
+
+
+class RayRunner:
+    def __init__(self, spec: ModelSpec, jobs: int, max_batch: int, address: str | None = None) -> None:
+        self.threads = split_threads(spec.n_threads, jobs)
+        self.spec, self.jobs, self.max_batch, self.address = spec, jobs, max_batch, address
+        self.memory: dict[int, dict[str, float]] = {}
+
+    def run(self, items: list[Item]) -> Iterator[Finished]:
+        ray = import_ray()
+        started = not ray.is_initialized()
+        if started:
+            ray.init(address=self.address, num_cpus=None if self.address else self.jobs * self.threads,
+                     include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+                     configure_logging=True)
+        try:
+            yield from self._run(ray, items)
+        finally:
+            if started:
+                ray.shutdown()
+
+    def _run(self, ray: Any, items: list[Item]) -> Iterator[Finished]:
+        from ..ray import Synthesizer
+
+        logging.getLogger("ray.data").setLevel(logging.ERROR)  # the command reports progress itself
+        # fewer items than actors is fine: Ray's advice to add blocks is noise here
+        warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        kwargs = dict(model=self.spec.model, n_threads=self.threads, ops=self.spec.ops, device=self.spec.device,
+                      max_batch=self.max_batch)
+        ds = ray.data.from_items([item.row() for item in items], 
+                                   override_num_blocks=max(1, -(-len(items) // self.max_batch)))
+        ds = ds.map_batches(Synthesizer, fn_constructor_kwargs=kwargs, concurrency=self.jobs,
+                            batch_size=self.max_batch, num_cpus=self.threads, batch_format="numpy")
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            for i in range(len(batch["id"])):
+                error = batch["error"][i]
+                yield Finished(str(batch["id"][i]), None if batch["seed"][i] is None else int(batch["seed"][i]),
+                               int(batch["sample_rate"][i]), None if error is not None else batch["audio"][i],
+                               int(batch["frames"][i]), batch["stop_reason"][i], json.loads(batch["timings"][i]),
+                               error)
