@@ -26,7 +26,7 @@ from .bulk.manifest import FIELDS, Item, parse_item
 from .bulk.synth import Finished, Synth, describe
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A Python value from a numpy cell; Arrow's nulls arrive as None, or as NaN in float columns."""
     if isinstance(value, np.generic):
         value = value.item()
@@ -54,13 +54,13 @@ class Synthesizer:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         n = len(next(iter(batch.values()))) if batch else 0
         columns = [k for k in batch if k in FIELDS and k != "id"]
-        ids = [str(i) if "id" not in batch or _plain(batch["id"][i]) is None else str(_plain(batch["id"][i]))
+        ids = [str(i) if "id" not in batch or plain(batch["id"][i]) is None else str(plain(batch["id"][i]))
                for i in range(n)]
         out: list[Finished | None] = [None] * n
         items: list[Item] = []
         for i in range(n):  # each row is parsed under its position, so that ids need not be unique here
             try:
-                items.append(parse_item({"id": str(i), **{k: _plain(batch[k][i]) for k in columns}}, i, None,
+                items.append(parse_item({"id": str(i), **{k: plain(batch[k][i]) for k in columns}}, i, None,
                                         self.defaults))
             except (TypeError, ValueError, OSError) as e:
                 out[i] = Finished(str(i), None, self._synth.model.sample_rate, error=describe(e))

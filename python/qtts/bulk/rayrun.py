@@ -48,7 +48,7 @@ class RayRunner:
                 ray.shutdown()
 
     def _run(self, ray: Any, items: list[Item]) -> Iterator[Finished]:
-        from ..ray import Synthesizer
+        from ..ray import Synthesizer, plain
 
         logging.getLogger("ray.data").setLevel(logging.ERROR)  # the command reports progress itself
         # fewer items than actors is fine: Ray's advice to add blocks is noise here
@@ -63,8 +63,9 @@ class RayRunner:
                             batch_size=self.max_batch, num_cpus=self.threads, batch_format="numpy")
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             for i in range(len(batch["id"])):
-                error = batch["error"][i]
-                yield Finished(str(batch["id"][i]), None if batch["seed"][i] is None else int(batch["seed"][i]),
-                               int(batch["sample_rate"][i]), None if error is not None else batch["audio"][i],
-                               int(batch["frames"][i]), batch["stop_reason"][i], json.loads(batch["timings"][i]),
-                               error)
+                # an all-null column (error, when every row succeeded) comes back as NaN floats
+                cell = {k: plain(v[i]) for k, v in batch.items() if k != "audio"}
+                error = None if cell["error"] is None else str(cell["error"])
+                yield Finished(str(cell["id"]), None if cell["seed"] is None else int(cell["seed"]),
+                               int(cell["sample_rate"]), None if error is not None else batch["audio"][i],
+                               int(cell["frames"]), cell["stop_reason"], json.loads(cell["timings"]), error)
