@@ -86,7 +86,7 @@ def test_jobs_give_identical_files(cv_case: dict[str, Any], cv_path: Path) -> No
     assert files_of(out) == cv_case["expected"]
     workers = json.loads(run.stdout)["workers"]
     assert len(workers) == 2 and len({w["pid"] for w in workers}) == 2
-    assert all(0 < w["private_mb"] <= w["pss_mb"] <= w["rss_mb"] for w in workers)
+    assert all(0 < w["anonymous_mb"] <= w["pss_mb"] <= w["rss_mb"] for w in workers)
 
 
 def test_flac_and_plain_text(cv_path: Path, tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 Each worker (a `spawn`ed process of a ProcessPoolExecutor) loads the same GGUF; its weights are
 mmapped, so the workers share them through the page cache and each extra worker adds only its
 private memory (KV caches, compute buffers, the tokenizer): see `memory()`. The parent hands out
-chunks of `max_batch` items and receives each chunk's audio; it alone writes the files and the
+chunks of up to `max_batch` items and receives each chunk's audio; it alone writes the files and the
 results table (docs/architecture.md, "Bulk synthesis")."""
 from __future__ import annotations
 
@@ -44,11 +44,14 @@ def split_threads(total: int | None, workers: int) -> int:
 
 
 def memory(pid: int | None = None) -> dict[str, float]:
-    """MB of a process from /proc/PID/smaps_rollup: rss, pss (shared pages divided among their
-    users: the honest share of mmapped weights) and private (what this process alone holds).
-    Empty where the file does not exist (not Linux)."""
-    fields = {"Rss": "rss_mb", "Pss": "pss_mb", "Private_Clean": "private_mb", "Private_Dirty": "private_mb"}
-    out: dict[str, float] = {"pid": float(pid or os.getpid())}
+    """MB of a process from /proc/PID/smaps_rollup: rss; pss (shared pages divided among their
+    users: the honest share of the mmapped weights); private (pages no other process maps: the
+    weights too while it is the only worker) and anonymous (heap, KV caches, compute buffers:
+    what every extra worker adds, as the weights' pages are shared). Empty where the file does
+    not exist (not Linux)."""
+    fields = {"Rss": "rss_mb", "Pss": "pss_mb", "Private_Clean": "private_mb", "Private_Dirty": "private_mb",
+              "Anonymous": "anonymous_mb"}
+    out: dict[str, float] = {"pid": pid or os.getpid()}
     try:
         with open(f"/proc/{pid or os.getpid()}/smaps_rollup") as f:
             for line in f:
@@ -100,7 +103,8 @@ class JobsRunner:
     def run(self, items: list[Item]) -> Iterator[Finished]:
         import multiprocessing
 
-        chunks = [items[i:i + self.max_batch] for i in range(0, len(items), self.max_batch)]
+        size = max(1, min(self.max_batch, -(-len(items) // self.jobs)))  # every worker busy, even on few items
+        chunks = [items[i:i + size] for i in range(0, len(items), size)]
         ex = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_init_worker, initargs=(self.spec, self.max_batch))
         try:

@@ -49,7 +49,7 @@ class Summary:
                 f"({self.throughput:.2f} s of audio per second)")
         for w in self.workers:
             line += (f"\n  worker {int(w['pid'])}: RSS {w.get('rss_mb', 0):.0f} MB, PSS {w.get('pss_mb', 0):.0f} MB, "
-                     f"private {w.get('private_mb', 0):.0f} MB")
+                     f"private {w.get('private_mb', 0):.0f} MB, anonymous {w.get('anonymous_mb', 0):.0f} MB")
         return line
 
 
