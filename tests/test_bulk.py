@@ -78,6 +78,37 @@ def test_strict_fails_before_synthesis(cv_case: dict[str, Any], cv_path: Path) -
     assert "line 3: bad JSON" in run.stderr and not out.exists()
 
 
+BLOCK_RAY = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("blocked " + name)
+sys.meta_path.insert(0, Block())
+import qtts, qtts.bulk, qtts.ray, qtts.cli.batch
+from qtts.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_imports_without_ray(cv_case: dict[str, Any], cv_path: Path) -> None:
+    out = cv_case["root"] / "noray"
+    run = subprocess.run([sys.executable, "-c", BLOCK_RAY, "batch", str(cv_case["manifest"]), "-m", str(cv_path),
+                          "--output-dir", str(out), "--ray"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "--ray needs Ray Data: pip install 'qtts[ray]'" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and not (out / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("flags", [[], ["--jobs", "2"]])
+def test_bad_model_is_one_clear_error(cv_case: dict[str, Any], cv_path: Path, flags: list[str]) -> None:
+    bad = cv_case["root"] / "truncated.gguf"
+    bad.write_bytes(cv_path.read_bytes()[:1000])
+    run = batch_cli(cv_case["manifest"], "-m", bad, "--output-dir", cv_case["root"] / "bad", *flags,
+                    cache=cv_case["root"])
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.splitlines()[-1].startswith(f"qtts-cli: error: {bad}: corrupt or truncated GGUF")
+
+
 def test_jobs_give_identical_files(cv_case: dict[str, Any], cv_path: Path) -> None:
     out = cv_case["root"] / "jobs"
     run = batch_cli(cv_case["manifest"], "-m", cv_path, "--output-dir", out, "--jobs", "2", "-t", "2",
@@ -220,3 +251,16 @@ def test_manifest_parsing(tmp_path: Path) -> None:
     text = tmp_path / "lines"
     text.write_text("one\n\n{not json}\n")
     assert [(i.id, i.text) for i in read_manifest(text).items] == [("1", "one"), ("3", "{not json}")]
+
+
+def test_progress_bar_on_a_terminal(cv_case: dict[str, Any], cv_path: Path) -> None:
+    from tests.test_cli_progress import _cli_tty_stderr
+
+    out = cv_case["root"] / "tty"
+    rc, shown = _cli_tty_stderr("batch", str(cv_case["manifest"]), "-m", str(cv_path), "--output-dir", str(out),
+                                "-t", "1")
+    assert rc == 1 and "synthesizing" in shown and "7/7" in shown and "h audio" in shown and "audio s/s" in shown
+    assert "7 done, 0 skipped (done before), 0 failed" in shown
+    rc, shown = _cli_tty_stderr("batch", str(cv_case["manifest"]), "-m", str(cv_path), "--output-dir", str(out),
+                                "-q", "--retry-failed")
+    assert rc == 1 and "synthesizing" not in shown and "line 3: bad JSON" in shown

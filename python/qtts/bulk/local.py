@@ -79,15 +79,20 @@ class LocalRunner:
         self.memory[os.getpid()] = memory()
 
 
-_SYNTH: Synth | None = None  # the worker process's model
+_SYNTH: Synth | Exception | None = None  # the worker process's model, or why it could not load
 
 
 def _init_worker(spec: ModelSpec, max_batch: int) -> None:
     global _SYNTH
-    _SYNTH = Synth(spec.load(), max_batch)
+    try:
+        _SYNTH = Synth(spec.load(), max_batch)
+    except Exception as e:  # noqa: BLE001  (raised from the first chunk, so the parent reports it once)
+        _SYNTH = e
 
 
 def _work(items: list[Item]) -> tuple[list[Finished], dict[str, float]]:
+    if isinstance(_SYNTH, Exception):
+        raise _SYNTH
     assert _SYNTH is not None, "the worker was not initialised"
     return list(_SYNTH.run(items)), memory()
 

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import QttsError
 from .local import ModelSpec, split_threads
 from .manifest import Item
 from .synth import Finished
@@ -43,6 +44,8 @@ class RayRunner:
                      configure_logging=True)
         try:
             yield from self._run(ray, items)
+        except ray.exceptions.RayError as e:  # an actor that died or could not start: not one item's fault
+            raise QttsError(f"the Ray run failed: {e}") from e
         finally:
             if started:
                 ray.shutdown()
