@@ -60,10 +60,11 @@ class RayRunner:
         ctx.enable_progress_bars = False
         kwargs = dict(model=self.spec.model, n_threads=self.threads, ops=self.spec.ops, device=self.spec.device,
                       max_batch=self.max_batch)
-        ds = ray.data.from_items([item.row() for item in items], 
-                                   override_num_blocks=max(1, -(-len(items) // self.max_batch)))
-        ds = ds.map_batches(Synthesizer, fn_constructor_kwargs=kwargs, concurrency=self.jobs,
-                            batch_size=self.max_batch, num_cpus=self.threads, batch_format="numpy")
+        blocks = min(len(items), max(self.jobs, -(-len(items) // self.max_batch)))  # a block per batch
+        ds = ray.data.from_items([item.row() for item in items], override_num_blocks=blocks)
+        ds = ds.map_batches(Synthesizer, fn_constructor_kwargs=kwargs,
+                            compute=ray.data.ActorPoolStrategy(size=self.jobs), batch_size=self.max_batch,
+                            num_cpus=self.threads, batch_format="numpy")
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             for i in range(len(batch["id"])):
                 # an all-null column (error, when every row succeeded) comes back as NaN floats
