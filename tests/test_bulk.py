@@ -144,6 +144,19 @@ def test_clones_and_voice_files(base_path: Path, tmp_path: Path) -> None:
     assert len(list((tmp_path / "c" / "voices").rglob("*.qvoice"))) == 2
 
 
+def test_voice_design_items(gguf_dir: Path, tmp_path: Path) -> None:
+    vd = gguf_dir / "tiny_voice_design-f32.gguf"
+    items = [{"id": "calm", "text": "A calm voice speaks.", "instruct": "A calm, low voice.", "seed": 21,
+              "max_new_tokens": 10},
+             {"id": "bright", "text": "A bright one.", "instruct": "Bright and quick.", "seed": 22, "language": "english",
+              "max_new_tokens": 10}]
+    manifest = write_manifest(tmp_path / "vd.jsonl", items)
+    run = batch_cli(manifest, "-m", vd, "--output-dir", tmp_path / "out", "-t", "2", cache=tmp_path)
+    assert run.returncode == 0, run.stderr
+    model = qtts.Model(vd, n_threads=2)
+    assert files_of(tmp_path / "out") == expected_files(model, items, tmp_path, tmp_path / "expected")
+
+
 def test_retry_failed(base_path: Path, tmp_path: Path) -> None:
     import soundfile
 

@@ -70,10 +70,10 @@ def _runner(args: argparse.Namespace) -> Any:
 
         import_ray()  # a missing extra fails now, not after the model download
     path = model_path(args)
+    check_gguf_path(Path(path))
     if args.jobs > 1 or args.ray:  # a bad file is one clear error here, not one per worker
         from ..runtime.engine import Engine
 
-        check_gguf_path(Path(path))
         Engine.metadata(path)
     spec = ModelSpec(path, args.threads, args.device, args.ops)
     if args.ray:
