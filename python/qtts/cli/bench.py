@@ -1,5 +1,5 @@
-"""`qtts-cli bench speed|memory|quality|micro|matmul|ops|serve`: reproducible benchmarks (matmul:
-bench_matmul.py, ops: bench_ops.py, serve: bench_serve.py).
+"""`qtts-cli bench speed|memory|quality|micro|matmul|ops|serve|batch`: reproducible benchmarks (matmul:
+bench_matmul.py, ops: bench_ops.py, serve: bench_serve.py, batch: bench_batch.py).
 
 speed, memory and quality run full-size random-weight models. The model is built from a released configuration with random weights (qtts.randmodel, numpy
 only), converted with qtts's converter and quantizer, and cached under $QTTS_CACHE/bench. Every
@@ -382,16 +382,20 @@ def add_parser(sub: Any) -> None:
     from .bench_serve import add_serve_parser  # it imports this module's helpers
 
     add_serve_parser(bs, run)
+    from .bench_batch import add_batch_parser
+
+    add_batch_parser(bs, run)
 
 
 def run(a: argparse.Namespace) -> int:
+    from .bench_batch import format_bulk, run_bulk
     from .bench_serve import format_serve, run_serve
 
     runner, fmt = {"speed": (run_speed, format_speed), "memory": (run_memory, format_memory),
                    "quality": (run_quality, format_quality), "micro": (run_micro, format_micro),
                    "matmul": (bench_matmul.run_matmul, bench_matmul.format_matmul),
                    "ops": (bench_ops.run_ops, bench_ops.format_ops),
-                   "serve": (run_serve, format_serve)}[a.bench_command]
+                   "serve": (run_serve, format_serve), "batch": (run_bulk, format_bulk)}[a.bench_command]
     r = runner(a)
     print(fmt(r))
     if a.json:

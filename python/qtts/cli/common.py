@@ -14,13 +14,19 @@ from .progress import tensor_log
 def load_model(args: argparse.Namespace, **kw: Any) -> Any:
     """qtts.load, where a repo id's one-time conversion reports like `convert` does."""
     from .. import load
+
+    return load(model_path(args), **kw)
+
+
+def model_path(args: argparse.Namespace) -> str:
+    """-m as a local GGUF path: a repo id is downloaded and converted once (reported like `convert`)."""
     from ..convert.registry import cache_dir, fetch, is_repo_id
 
     model = args.model
     if is_repo_id(model):
         with tensor_log(argparse.Namespace(quiet=getattr(args, "quiet", False), verbose=False)) as log:
             model = fetch(model, cache_dir(), log=log)  # at the registry's default type
-    return load(model, **kw)
+    return str(model)
 
 
 def check_writable(p: Path) -> None:

@@ -228,7 +228,8 @@ def _add_voice_arguments(s: argparse.ArgumentParser) -> None:
     add_clone_source(v, source, required=False)
 
 
-def _add_sampling_arguments(s: argparse.ArgumentParser) -> None:
+def add_sampling_arguments(s: argparse.ArgumentParser, split: bool = True) -> None:
+    """The sampling flags (shared with `batch`, whose items are never split differently: no --no-split)."""
     released = GENERATION_DEFAULTS  # the released models' generation_config, the converter's fallback
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
     g.add_argument("-s", "--seed", type=seed_arg,
@@ -248,6 +249,8 @@ def _add_sampling_arguments(s: argparse.ArgumentParser) -> None:
                    help="at most this many frames - 1 (12.5 frames per second; at least 2)")
     g.add_argument("--frame-budget", type=frame_budget, default="auto", metavar="N|auto|none",
                    help="runaway guard: the most frames per sentence (default: auto, from the text)")
+    if not split:
+        return
     g.add_argument("--no-split", action="store_true",
                    help=f"do not synthesize inputs over {SPLIT_ABOVE_CHARS} characters sentence by sentence")
 
@@ -268,7 +271,7 @@ def add_parser(sub: Any) -> None:
     dst.add_argument("--raw", action="store_true",
                      help="stream raw s16le mono PCM to stdout while generating (pipe into ffplay/aplay)")
     _add_voice_arguments(s)
-    _add_sampling_arguments(s)
+    add_sampling_arguments(s)
     r = s.add_argument_group("runtime and reporting")
     r.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     r.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")

@@ -1,0 +1,129 @@
+"""Runners on one machine: the items in this process, or spread over --jobs worker processes.
+
+Each worker (a `spawn`ed process of a ProcessPoolExecutor) loads the same GGUF; its weights are
+mmapped, so the workers share them through the page cache and each extra worker adds only its
+private memory (KV caches, compute buffers, the tokenizer): see `memory()`. The parent hands out
+chunks of up to `max_batch` items and receives each chunk's audio; it alone writes the files and the
+results table (docs/architecture.md, "Bulk synthesis")."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import QttsError
+from .manifest import Item
+from .synth import Finished, Synth
+
+if TYPE_CHECKING:
+    from ..runtime.model import Model
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How every worker loads the model: a path (or a repo id, through qtts.load's cache)."""
+    model: str
+    n_threads: int | None = None
+    device: str = "auto"
+    ops: str = "auto"
+
+    def load(self) -> Model:
+        from ..runtime.model import load
+
+        return load(self.model, n_threads=self.n_threads, device=self.device, ops=self.ops)
+
+
+def split_threads(total: int | None, workers: int) -> int:
+    """Threads per worker: the total (default: the physical cores) divided, at least 1 each."""
+    from ..threads import resolve_threads
+
+    return max(1, resolve_threads(total) // workers)
+
+
+def memory(pid: int | None = None) -> dict[str, float]:
+    """MB of a process from /proc/PID/smaps_rollup: rss; pss (shared pages divided among their
+    users: the honest share of the mmapped weights); private (pages no other process maps: the
+    weights too while it is the only worker) and anonymous (heap, KV caches, compute buffers:
+    what every extra worker adds, as the weights' pages are shared). Empty where the file does
+    not exist (not Linux)."""
+    fields = {"Rss": "rss_mb", "Pss": "pss_mb", "Private_Clean": "private_mb", "Private_Dirty": "private_mb",
+              "Anonymous": "anonymous_mb"}
+    out: dict[str, float] = {"pid": pid or os.getpid()}
+    try:
+        with open(f"/proc/{pid or os.getpid()}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in fields:
+                    out[fields[key]] = out.get(fields[key], 0.0) + int(rest.split()[0]) / 1024
+    except OSError:
+        return {}
+    return out
+
+
+class LocalRunner:
+    """All items in this process, through one model's batching."""
+
+    def __init__(self, spec: ModelSpec, max_batch: int) -> None:
+        self.spec, self.max_batch = spec, max_batch
+        self.memory: dict[int, dict[str, float]] = {}
+
+    def run(self, items: list[Item]) -> Iterator[Finished]:
+        synth = Synth(self.spec.load(), self.max_batch)
+        for n, fin in enumerate(synth.run(items)):
+            if n == 0:  # measured once the model is loaded and its buffers are in use
+                self.memory[os.getpid()] = memory()
+            yield fin
+        self.memory[os.getpid()] = memory()
+
+
+_SYNTH: Synth | Exception | None = None  # the worker process's model, or why it could not load
+
+
+def _init_worker(spec: ModelSpec, max_batch: int) -> None:
+    global _SYNTH
+    try:
+        _SYNTH = Synth(spec.load(), max_batch)
+    except Exception as e:  # noqa: BLE001  (raised from the first chunk, so the parent reports it once)
+        _SYNTH = e
+
+
+def _work(items: list[Item]) -> tuple[list[Finished], dict[str, float]]:
+    if isinstance(_SYNTH, Exception):
+        raise _SYNTH
+    assert _SYNTH is not None, "the worker was not initialised"
+    return list(_SYNTH.run(items)), memory()
+
+
+class JobsRunner:
+    """`jobs` worker processes, the threads split between them."""
+
+    def __init__(self, spec: ModelSpec, jobs: int, max_batch: int) -> None:
+        self.spec = replace(spec, n_threads=split_threads(spec.n_threads, jobs))
+        self.jobs, self.max_batch = jobs, max_batch
+        self.memory: dict[int, dict[str, float]] = {}
+
+    def run(self, items: list[Item]) -> Iterator[Finished]:
+        import multiprocessing
+
+        size = max(1, min(self.max_batch, -(-len(items) // self.jobs)))  # every worker busy, even on few items
+        chunks = [items[i:i + size] for i in range(0, len(items), size)]
+        ex = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_init_worker, initargs=(self.spec, self.max_batch))
+        try:
+            todo: set[Future[Any]] = {ex.submit(_work, c) for c in chunks}
+            while todo:
+                ready, todo = wait(todo, return_when=FIRST_COMPLETED)
+                for f in ready:
+                    try:
+                        results, mem = f.result()
+                    except BrokenProcessPool as e:
+                        raise QttsError(f"a worker process died ({e}); is the model loadable with "
+                                        f"`qtts-cli info {self.spec.model}`?") from None
+                    if mem:
+                        self.memory[int(mem["pid"])] = mem
+                    yield from results
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)

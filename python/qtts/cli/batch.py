@@ -1,0 +1,123 @@
+"""`qtts-cli batch MANIFEST -m MODEL --output-dir DIR`: a manifest of items (JSONL or plain
+text) to one audio file each, resumable, on one process, --jobs worker processes or --ray
+(the library: qtts.bulk; docs/architecture.md, "Bulk synthesis")."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .args import CliError, UsageError, checked, threads as threads_arg, utf8
+from .common import check_input_file, model_path
+from .speak import _check_output_dir, _need_soundfile, add_sampling_arguments, sampling
+from ..runtime.model import OPS
+
+MAX_JOBS = 256
+
+
+def _defaults(args: argparse.Namespace) -> dict[str, Any]:
+    """The command line's values for the manifest fields an item leaves out."""
+    d: dict[str, Any] = dict(speaker=args.speaker, language=args.language, instruct=args.instruct,
+                             seed=args.seed, **sampling(args))
+    if args.voice is not None:
+        d["voice"] = str(Path(args.voice).resolve())
+    if args.frame_budget != "auto":
+        d["frame_budget"] = "none" if args.frame_budget is None else args.frame_budget
+    return d
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bulk.manifest import read_manifest
+
+    if args.address is not None and not args.ray:
+        raise UsageError("--address goes with --ray")
+    check_input_file(args.manifest, "manifest")
+    if args.voice is not None:
+        check_input_file(args.voice, "--voice")
+    manifest = read_manifest(args.manifest, _defaults(args))
+    for e in manifest.errors:
+        print(f"qtts-cli batch: {args.manifest}: {e}", file=sys.stderr)
+    if manifest.errors and args.strict:
+        raise CliError(f"{args.manifest}: {len(manifest.errors)} bad line(s); nothing synthesized (--strict)")
+    if not manifest.items:
+        raise CliError(f"{args.manifest}: no items to synthesize")
+    _check_output_dir(args.output_dir)
+    _need_soundfile()
+    runner = _runner(args)
+    from ..bulk.run import prepare, run_batch
+
+    out = Path(args.output_dir)
+    plan = prepare(manifest.items, out, args.format, args.retry_failed)
+    show = not args.quiet and sys.stderr.isatty()
+    summary = run_batch(plan, runner, out, args.format, show)
+    if not args.quiet:
+        bad = f"{len(manifest.errors)} bad manifest line(s) skipped; " if manifest.errors else ""
+        print(f"qtts-cli batch: {bad}{summary.format()}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({**summary.to_dict(), "bad_lines": len(manifest.errors), "items": len(manifest.items),
+                          "output_dir": str(out), "jobs": args.jobs, "ray": args.ray}, indent=2))
+    return 0 if summary.ok and not manifest.errors else 1
+
+
+def _runner(args: argparse.Namespace) -> Any:
+    from ..bulk.local import JobsRunner, LocalRunner, ModelSpec
+    from ..runtime.model import check_gguf_path
+
+    if args.ray:
+        from ..bulk.rayrun import import_ray
+
+        import_ray()  # a missing extra fails now, not after the model download
+    path = model_path(args)
+    check_gguf_path(Path(path))
+    if args.jobs > 1 or args.ray:  # a bad file is one clear error here, not one per worker
+        from ..runtime.engine import Engine
+
+        Engine.metadata(path)
+    spec = ModelSpec(path, args.threads, args.device, args.ops)
+    if args.ray:
+        from ..bulk.rayrun import RayRunner
+
+        return RayRunner(spec, args.jobs, args.max_batch, args.address)
+    if args.jobs > 1:
+        return JobsRunner(spec, args.jobs, args.max_batch)
+    return LocalRunner(spec, args.max_batch)
+
+
+def add_parser(sub: Any) -> None:
+    from ..bulk.results import FORMATS
+    from ..runtime.config import check_int
+
+    s = sub.add_parser("batch", help="synthesize a manifest of items into one audio file each (resumable)",
+                       description="Synthesize every item of MANIFEST (JSONL: one object per line with id, text and "
+                                   "optional speaker, language, instruct, voice, ref_audio, ref_text, "
+                                   "x_vector_only_mode, seed, frame_budget and sampling settings; or plain text: one "
+                                   "item per non-empty line, its id the line number) into DIR/ID.wav, with "
+                                   "DIR/results.jsonl. Rerunning skips the items already done.")
+    s.add_argument("manifest", help="the manifest: .jsonl / .json, or plain text (one item per line)")
+    s.add_argument("-m", "--model", required=True, help="a qtts .gguf file or a Hugging Face repo id")
+    s.add_argument("--output-dir", required=True, metavar="DIR", help="where ID.wav and results.jsonl go")
+    s.add_argument("--format", choices=FORMATS, default="wav", help="audio file format (default: wav, 16-bit)")
+    s.add_argument("--strict", action="store_true", help="a bad manifest line fails the run before any synthesis")
+    s.add_argument("--retry-failed", action="store_true", help="also retry the items an earlier run failed on")
+    w = s.add_argument_group("workers")
+    w.add_argument("--jobs", type=checked(int, lambda v: check_int("--jobs", v, 1, MAX_JOBS)), default=1,
+                   help="worker processes (Ray actors with --ray) sharing the model file; -t is split between them")
+    w.add_argument("--max-batch", type=checked(int, lambda v: check_int("--max-batch", v, 1, 256)), default=8,
+                   help="items stepped together in each worker (continuous batching; default 8)")
+    w.add_argument("--ray", action="store_true", help="run through Ray Data (pip install 'qtts[ray]')")
+    w.add_argument("--address", help="with --ray: join this Ray cluster (default: start a local one)")
+    w.add_argument("-t", "--threads", type=threads_arg, help="CPU threads in all (default: the physical cores)")
+    w.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
+    w.add_argument("--ops", default="auto", choices=OPS, help="the audio networks' ops (default: auto)")
+    v = s.add_argument_group("defaults for the items (a manifest field overrides them)")
+    v.add_argument("--speaker", type=utf8, help="speaker name (custom_voice models)")
+    v.add_argument("--language", type=utf8, help="language (default: auto)")
+    v.add_argument("--instruct", type=utf8, help="voice / style instruction")
+    v.add_argument("--voice", metavar="FILE", help="a voice file from `qtts-cli voice create` (base models)")
+    add_sampling_arguments(s, split=False)
+    r = s.add_argument_group("reporting")
+    r.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary on stderr")
+    s.set_defaults(func=run)

@@ -1,0 +1,110 @@
+"""`qtts-cli bench batch`: bulk-synthesis throughput of `qtts-cli batch` on a full-size
+random-weight model (the models and caching of `bench speed`, qtts.cli.bench).
+
+A manifest of --items items of about two sentences each, every item pinned to --frames frames
+(random weights never emit EOS: min_new_tokens / max_new_tokens fix the length, as bench speed
+does), in an x-vector voice made once. Each configuration runs the command in a fresh process
+into a fresh folder: one worker (-t 2), --jobs 2 (1 thread each) and --ray with 2 actors (1 CPU
+each). Reported: the process's wall time (model loads and Ray's start included), the synthesis
+wall time and audio seconds per second from the command's summary, and the memory of each
+worker process (RSS, PSS and anonymous MB from /proc/PID/smaps_rollup; not measured for Ray actors).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .bench import _clip, machine, prepare
+
+WORDS = ("the quiet river carries light through morning fields while distant bells answer every patient "
+         "traveller who waits beside old stone bridges and listens to stories of harvest rain and wind").split()
+CONFIGS = {"1 worker": ["-t", "2"], "--jobs 2": ["--jobs", "2", "-t", "2"],
+           "--ray 2 actors": ["--ray", "--jobs", "2", "-t", "2"]}
+
+
+def sentences(i: int) -> str:
+    """About two sentences of ordinary words, different per item."""
+    def sentence(k: int) -> str:
+        words = [WORDS[(k * 7 + j * 3) % len(WORDS)] for j in range(9 + k % 5)]
+        return " ".join(words).capitalize() + "."
+    return f"{sentence(2 * i)} {sentence(2 * i + 1)}"
+
+
+def write_manifest(path: Path, items: int, frames: int, seed: int) -> None:
+    with open(path, "w") as f:
+        for i in range(items):
+            f.write(json.dumps({"id": f"{i:05d}", "text": sentences(i), "seed": seed + i, "min_new_tokens": frames,
+                                "max_new_tokens": frames + 1, "frame_budget": "none"}) + "\n")
+
+
+def _voice(gguf: str, work: Path) -> Path:
+    import soundfile as sf
+
+    sf.write(work / "ref.wav", _clip(5.0), 24000)
+    out = work / "voice.qvoice"
+    subprocess.run([sys.executable, "-m", "qtts.cli", "voice", "create", "-m", gguf, "--ref-audio",
+                    str(work / "ref.wav"), "--x-vector-only", "-o", str(out), "-t", "2", "-q"], check=True)
+    return out
+
+
+def run_bulk(a: argparse.Namespace) -> dict[str, Any]:
+    log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
+    gguf = a.model or str(prepare(a.release, a.type, a.seed, log))
+    out: dict[str, Any] = {"benchmark": "batch", "release": a.release, "type": a.type, "model": gguf, "items": a.items,
+                           "frames": a.frames, "max_batch": a.max_batch, "seed": a.seed, **machine(), "results": {}}
+    with tempfile.TemporaryDirectory(prefix="qtts-bench-batch-") as tmp:
+        work = Path(tmp)
+        manifest = work / "items.jsonl"
+        write_manifest(manifest, a.items, a.frames, a.seed)
+        voice = _voice(gguf, work)
+        for name, flags in CONFIGS.items():
+            cmd = [sys.executable, "-m", "qtts.cli", "batch", str(manifest), "-m", gguf, "--voice", str(voice),
+                   "--output-dir", str(work / name.replace(" ", "_")), "--max-batch", str(a.max_batch),
+                   "--json", "-q", *flags]
+            t0 = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if p.returncode != 0:
+                raise RuntimeError(f"bench batch {name} failed:\n{p.stderr[-3000:]}")
+            s = json.loads(p.stdout)
+            out["results"][name] = {"process_wall_s": wall, "synthesis_wall_s": s["wall_seconds"],
+                                    "audio_s": s["audio_seconds"], "audio_s_per_s": s["throughput"],
+                                    "audio_s_per_process_s": s["audio_seconds"] / wall, "done": s["done"],
+                                    "workers": s["workers"]}
+            if log:
+                log(f"{name}: " + json.dumps(out["results"][name]))
+    out["load_avg_end"] = os.getloadavg()[0]
+    return out
+
+
+def format_bulk(r: dict[str, Any]) -> str:
+    rows = [f"{r['release']} {r['type']} random weights, {r['items']} items x {r['frames']} frames, max batch "
+            f"{r['max_batch']}, load {r['load_avg']:.2f} -> {r['load_avg_end']:.2f}",
+            f"{'configuration':<16}{'wall s':>8}{'synth s':>9}{'audio s':>9}{'audio s/s':>11}  workers (RSS / PSS / "
+            f"anonymous MB)"]
+    for name, x in r["results"].items():
+        mem = ", ".join(f"{w['rss_mb']:.0f} / {w['pss_mb']:.0f} / {w['anonymous_mb']:.0f}" for w in x["workers"]) or "-"
+        rows.append(f"{name:<16}{x['process_wall_s']:>8.1f}{x['synthesis_wall_s']:>9.1f}{x['audio_s']:>9.1f}"
+                    f"{x['audio_s_per_s']:>11.2f}  {mem}")
+    return "\n".join(rows)
+
+
+def add_batch_parser(bs: Any, run: Any) -> None:
+    p = bs.add_parser("batch", help="bulk synthesis: 1 worker, --jobs 2 and --ray with 2 actors")
+    p.add_argument("--release", default="0.6B-Base", help="released configuration to build (default 0.6B-Base)")
+    p.add_argument("--type", default="q4_k", choices=("f32", "bf16", "q8_0", "q4_k"), help="weight type (default q4_k)")
+    p.add_argument("-m", "--model", help="benchmark this GGUF (a base model) instead of a random-weight build")
+    p.add_argument("--items", type=int, default=100, help="items of about two sentences (default 100)")
+    p.add_argument("--frames", type=int, default=60, help="frames per item (EOS masked; default 60 = 4.8 s)")
+    p.add_argument("--max-batch", type=int, default=8, help="items stepped together per worker (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and items (default 0)")
+    p.add_argument("--json", help="also write the results as JSON to this file")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-configuration progress lines")
+    p.set_defaults(func=run)
