@@ -11,8 +11,9 @@ built in place and the test dependencies installed:
     python scripts/check_arm.py
 
 qemu runs the check twice: as an Armv8.0 CPU (Cortex-A53: plain NEON, the Q8_0 kernel without
-the dot-product extension) and as its "max" CPU (with it). The aarch64 wheel and the build live
-in build/arm/.
+the dot-product extension) and as its "max" CPU (with it). The tiny model also generates a few
+greedy frames, which must equal this machine's codes. The aarch64 wheel and the build live in
+build/arm/.
 """
 from __future__ import annotations
 
@@ -188,18 +189,38 @@ def op_cases(c: Cases) -> None:
                            f"qmm_{type_name}_col{j}"))
 
 
-def decode_case(c: Cases, frames: int) -> np.ndarray:
-    """Fixed codes for the tiny CustomVoice model's vocoder; returns this machine's waveform."""
+def model_cases(c: Cases, frames: int, gen_frames: int) -> dict[str, np.ndarray]:
+    """The tiny CustomVoice model: its vocoder over fixed codes (F32 file) and greedy frames from a
+    fixed prompt (Q8_0 file: the talker and code predictor through qmatmul). Returns this machine's
+    results: the waveform, and the codes on the scalar path, whose Q8_0 kernel computes what the
+    ARM kernels do (ops/qmatmul.h)."""
     from tests.fixtures.build import ensure_fixtures
 
-    gguf = c.dir / "tiny_custom_voice-f32.gguf"
-    if not gguf.exists():
-        convert(ensure_fixtures() / "tiny_custom_voice", gguf, "f32")
-    model = core.Model(str(gguf), "cpu", core.Ops.native)
+    files = {t: c.dir / f"tiny_custom_voice-{t}.gguf" for t in ("f32", "q8_0")}
+    for t, f in files.items():
+        if not f.exists():
+            convert(ensure_fixtures() / "tiny_custom_voice", f, t)
+    rng = np.random.default_rng(1)
+    model = core.Model(str(files["f32"]), "cpu", core.Ops.native)
     dec = model.hparams["codec_decoder"]
-    codes = np.random.default_rng(1).integers(0, dec["codebook_size"], (frames, dec["num_quantizers"]), dtype=np.int32)
-    c.add("decode", "decode", [1, gguf.name, c.save("codes", codes)], None)
-    return np.asarray(core.Session(model, 1).decode(codes))
+    codes = rng.integers(0, dec["codebook_size"], (frames, dec["num_quantizers"]), dtype=np.int32)
+    c.add("decode", "decode", [1, files["f32"].name, c.save("codes", codes)], None)
+    expected = {"decode": np.asarray(core.Session(model, 1).decode(codes))}
+
+    model = core.Model(str(files["q8_0"]), "cpu", core.Ops.native)
+    d = model.hparams["talker"]["embedding_length"]
+    prompt, trailing = T.f32(rng, 7, d, scale=0.5), T.f32(rng, 3, d, scale=0.5)
+    c.add("generate", "generate", [1, files["q8_0"].name, c.save("prompt", prompt), c.save("trailing", trailing),
+                                   gen_frames], None)
+    p = core.GenerateParams()
+    p.repetition_penalty = 1.0
+    p.max_new_tokens = p.min_new_tokens = gen_frames + 1
+    core.ops.set_simd_path("scalar")
+    try:
+        expected["generate"] = core.Session(model, 1).generate(prompt, trailing, p)[0].astype(np.float32)
+    finally:
+        core.ops.set_simd_path(core.ops.simd_paths()[-1])
+    return expected
 
 
 def load_outputs(out: Path) -> dict[str, dict[str, np.ndarray]]:
@@ -211,7 +232,7 @@ def load_outputs(out: Path) -> dict[str, dict[str, np.ndarray]]:
     return result
 
 
-def compare(c: Cases, outputs: dict[str, dict[str, np.ndarray]], x86_wave: np.ndarray) -> list[str]:
+def compare(c: Cases, outputs: dict[str, dict[str, np.ndarray]], x86: dict[str, np.ndarray]) -> list[str]:
     """Asserts every check; returns one summary line per path."""
     lines = []
     for path, got in outputs.items():
@@ -224,10 +245,13 @@ def compare(c: Cases, outputs: dict[str, dict[str, np.ndarray]], x86_wave: np.nd
                 raise AssertionError(f"{path}, case {case_id}: {e}") from e
         for name, pick, other in c.same:
             np.testing.assert_array_equal(pick(got), got[other], err_msg=f"{path}: {name}")
-        err = float(np.max(np.abs(got["decode"] - x86_wave)))
-        assert got["decode"].shape == x86_wave.shape and err <= DECODE_TOLERANCE, f"{path}: decode differs by {err:.3g}"
+        wave = x86["decode"]
+        err = float(np.max(np.abs(got["decode"] - wave)))
+        assert got["decode"].shape == wave.shape and err <= DECODE_TOLERANCE, f"{path}: decode differs by {err:.3g}"
+        np.testing.assert_array_equal(got["generate"], x86["generate"], err_msg=f"{path}: greedy codes")
         lines.append(f"{path}: {len(c.checks)} op checks, {len(c.same)} bit-identity checks, "
-                     f"decode of {len(x86_wave)} samples within {err:.2g} of x86")
+                     f"decode of {len(wave)} samples within {err:.2g} of x86, "
+                     f"{len(x86['generate'])} greedy frames equal to x86's")
     # the Q8_0 kernels promise the plain C++ kernel's result bit for bit (ops/qmatmul_arm_tile.h)
     for case_id in (i for i in outputs["scalar"] if i.startswith("qmm_q8_0")):
         np.testing.assert_array_equal(outputs["neon"][case_id], outputs["scalar"][case_id], err_msg=case_id)
@@ -239,6 +263,7 @@ def main() -> int:
     ap.add_argument("--build-dir", type=Path, default=ROOT / "build" / "arm")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--frames", type=int, default=12, help="frames of codes the tiny model decodes")
+    ap.add_argument("--gen-frames", type=int, default=4, help="greedy frames the tiny model generates")
     args = ap.parse_args()
     t0 = time.perf_counter()
     qemu = tool("qemu-aarch64")
@@ -251,7 +276,7 @@ def main() -> int:
     shutil.rmtree(cases.dir / "out", ignore_errors=True)
     cases.dir.mkdir(parents=True, exist_ok=True)
     op_cases(cases)
-    x86_wave = decode_case(cases, args.frames)
+    x86 = model_cases(cases, args.frames, args.gen_frames)
     (cases.dir / "manifest.txt").write_text("\n".join(cases.lines) + "\n")
 
     results = []
@@ -264,7 +289,7 @@ def main() -> int:
         info = (out / "paths.txt").read_text().split("\n")
         assert info[:3] == ["scalar", "neon", feature], f"{cpu}: {info}"
         outputs = load_outputs(out)
-        for line in compare(cases, outputs, x86_wave):
+        for line in compare(cases, outputs, x86):
             print(f"{cpu} ({feature}), {line}")
         results.append(outputs)
         print(f"{cpu}: ran in {time.perf_counter() - t1:.1f} s under qemu")

@@ -32,4 +32,8 @@ std::vector<float> run_op(const Line & line, const std::string & dir, std::vecto
 // The vocoder's samples for codes [n, n_quantizers] of a GGUF model (args: threads, model, codes).
 std::vector<float> run_decode(const Line & line, const std::string & dir);
 
+// Greedy codes [frames, groups] from prompt and trailing embeddings (args: threads, model,
+// prompt, trailing, frames).
+std::vector<float> run_generate(const Line & line, const std::string & dir, std::vector<int64_t> & shape);
+
 }  // namespace qtts::check

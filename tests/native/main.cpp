@@ -48,6 +48,10 @@ int main(int argc, char ** argv) {
                 if (line[0] == "decode") {
                     const std::vector<float> y = check::run_decode(line, dir);
                     check::write_npy(out, {static_cast<int64_t>(y.size())}, y.data());
+                } else if (line[0] == "generate") {
+                    std::vector<int64_t> shape;
+                    const std::vector<float> y = check::run_generate(line, dir, shape);
+                    check::write_npy(out, shape, y.data());
                 } else {
                     std::vector<int64_t> shape;
                     const std::vector<float> y = check::run_op(line, dir, shape);
