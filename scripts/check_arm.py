@@ -52,7 +52,8 @@ class Cases:
     dir: Path
     lines: list[str] = field(default_factory=list)
     checks: dict[str, Callable[[np.ndarray], None]] = field(default_factory=dict)
-    # groups of case ids whose outputs must be bit-identical (thread counts, time ranges)
+    # bit-identity promises (thread counts, a stream cut in pieces, a column alone or in a batch):
+    # (name, what to pick from a path's outputs, the case id whose output it must equal)
     same: list[tuple[str, Callable[[dict[str, np.ndarray]], np.ndarray], str]] = field(default_factory=list)
 
     def save(self, name: str, a: np.ndarray | None) -> str:
@@ -265,6 +266,8 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=12, help="frames of codes the tiny model decodes")
     ap.add_argument("--gen-frames", type=int, default=4, help="greedy frames the tiny model generates")
     args = ap.parse_args()
+    if not __debug__:
+        sys.exit("run without -O: the op tests' checks are assert statements")
     t0 = time.perf_counter()
     qemu = tool("qemu-aarch64")
     build = args.build_dir.resolve()
@@ -293,8 +296,7 @@ def main() -> int:
             print(f"{cpu} ({feature}), {line}")
         results.append(outputs)
         print(f"{cpu}: ran in {time.perf_counter() - t1:.1f} s under qemu")
-    # the dot-product kernel and the plain NEON one agree bit for bit, as every path does on ops
-    # whose contract says so
+    # the dot-product and the plain NEON Q8_0 kernels give the same bits (the scalar kernel's)
     for case_id, y in results[0]["neon"].items():
         if case_id.startswith("qmm_q8_0"):
             np.testing.assert_array_equal(results[1]["neon"][case_id], y, err_msg=f"dotprod vs plain, {case_id}")
