@@ -149,14 +149,23 @@ def snake_operands(rng: np.random.Generator, n: int, c: int) -> tuple[np.ndarray
     return x, exp_alpha, inv_beta
 
 
+SNAKE_CASES = [(1, 5, 0), (7, 13, 6), (8, 1, 0), (16, 31, 18), (24, 7, 0), (37, 50, 2)]  # (c, n, p)
+
+
 @pytest.mark.parametrize("n_threads", THREADS)
-@pytest.mark.parametrize("c, n, p", [(1, 5, 0), (7, 13, 6), (8, 1, 0), (16, 31, 18), (24, 7, 0), (37, 50, 2)])
+@pytest.mark.parametrize("c, n, p", SNAKE_CASES)
 def test_snake_beta_matches_numpy(path: str, c: int, n: int, p: int, n_threads: int) -> None:
     rng = np.random.default_rng(c * 100 + n)
     x, ea, ib = snake_operands(rng, n, c)
     left = f32(rng, p, c) if p else None
     y = ops.snake_beta(x, ea, ib, left, n_threads=n_threads)
     assert y.shape == (p + n, c) and y.dtype == np.float32
+    assert_snake_close(y, x, ea, ib, left)
+
+
+def assert_snake_close(y: np.ndarray, x: np.ndarray, ea: np.ndarray, ib: np.ndarray, left: np.ndarray | None) -> None:
+    """y = [left; x + ib * sin^2(x * ea)] within the kernels' error bound."""
+    p = 0 if left is None else len(left)
     if left is not None:
         np.testing.assert_array_equal(y[:p], left)
     xd, z = x.astype(np.float64), x.astype(np.float64) * ea
@@ -171,16 +180,30 @@ def test_snake_beta_matches_numpy(path: str, c: int, n: int, p: int, n_threads: 
 # ---------------------------------------------------------------------------------------------
 # elu_left
 
-@pytest.mark.parametrize("n_threads", THREADS)
-@pytest.mark.parametrize("c, n, p, pad", [(1, 3, 0, 0), (8, 17, 6, 3), (13, 1, 1, 0), (24, 40, 0, 5), (37, 9, 2, 1)])
-def test_elu_left_matches_numpy(path: str, c: int, n: int, p: int, pad: int, n_threads: int) -> None:
-    rng = np.random.default_rng(c * 100 + n)
+ELU_CASES = [(1, 3, 0, 0), (8, 17, 6, 3), (13, 1, 1, 0), (24, 40, 0, 5), (37, 9, 2, 1)]  # (c, n, p, pad)
+
+
+def elu_input(rng: np.random.Generator, n: int, c: int) -> np.ndarray:
     x = f32(rng, n, c, scale=3.0)
     special = [-100.0, -87.5, -1e-8, 0.0, 1e-8, 50.0, -0.3466, 0.3466]  # clamp, tiny, k = 0 boundary
     x.flat[: min(x.size, len(special))] = special[: min(x.size, len(special))]
+    return x
+
+
+@pytest.mark.parametrize("n_threads", THREADS)
+@pytest.mark.parametrize("c, n, p, pad", ELU_CASES)
+def test_elu_left_matches_numpy(path: str, c: int, n: int, p: int, pad: int, n_threads: int) -> None:
+    rng = np.random.default_rng(c * 100 + n)
+    x = elu_input(rng, n, c)
     left = f32(rng, p, c) if p else None
     y = ops.elu_left(x, left, pad, n_threads=n_threads)
     assert y.shape == (p + n + pad, c) and y.dtype == np.float32
+    assert_elu_close(y, x, left)
+
+
+def assert_elu_close(y: np.ndarray, x: np.ndarray, left: np.ndarray | None) -> None:
+    """y = [left; ELU(x); zeros] within the kernels' error bound."""
+    p, n = 0 if left is None else len(left), len(x)
     if left is not None:
         np.testing.assert_array_equal(y[:p], left)
     np.testing.assert_array_equal(y[p + n:], 0.0)
@@ -204,8 +227,11 @@ def stats_reference(x: np.ndarray, logits: np.ndarray | None) -> np.ndarray:
     return np.stack([mean, np.sqrt(np.maximum(var, 1e-12))])
 
 
+STATS_CASES = [(1, 1), (5, 2), (33, 37), (16, 200)]  # (c, t)
+
+
 @pytest.mark.parametrize("n_threads", THREADS)
-@pytest.mark.parametrize("c, t", [(1, 1), (5, 2), (33, 37), (16, 200)])
+@pytest.mark.parametrize("c, t", STATS_CASES)
 @pytest.mark.parametrize("weighted", [False, True])
 def test_time_stats_matches_numpy(path: str, c: int, t: int, weighted: bool, n_threads: int) -> None:
     rng = np.random.default_rng(c * 100 + t)
@@ -213,8 +239,13 @@ def test_time_stats_matches_numpy(path: str, c: int, t: int, weighted: bool, n_t
     logits = f32(rng, t, c, scale=3.0) if weighted else None
     y = ops.time_stats(x, logits, n_threads=n_threads)
     assert y.shape == (2, c) and y.dtype == np.float32
+    assert_stats_close(y, x, logits)
+
+
+def assert_stats_close(y: np.ndarray, x: np.ndarray, logits: np.ndarray | None) -> None:
+    """y = [mean; std] over time within the double sums' error bound."""
     ref = stats_reference(x, logits)
-    if t == 1:  # one frame: the mean is the frame, the variance zero and clamped to 1e-12
+    if len(x) == 1:  # one frame: the mean is the frame, the variance zero and clamped to 1e-12
         np.testing.assert_array_equal(y[0], x[0])
         np.testing.assert_allclose(y[1], 1e-6, rtol=U32)
         return
@@ -295,8 +326,8 @@ def test_time_stats_is_the_same_on_every_path() -> None:
 # the switch and the runners' argument checks
 
 def test_simd_paths_and_the_switch() -> None:
-    assert PATHS[0] == "scalar" and set(PATHS) <= {"scalar", "avx2", "avx512"}
-    assert PATHS == [p for p in ("scalar", "avx2", "avx512") if p in PATHS]
+    assert PATHS[0] == "scalar" and set(PATHS) <= {"scalar", "avx2", "avx512", "neon"}
+    assert PATHS == [p for p in ("scalar", "avx2", "avx512", "neon") if p in PATHS]
     assert ops.get_simd_path() == PATHS[-1]  # the best by default
     try:
         for p in PATHS:
@@ -304,9 +335,9 @@ def test_simd_paths_and_the_switch() -> None:
             assert ops.get_simd_path() == p
     finally:
         ops.set_simd_path(PATHS[-1])
-    with pytest.raises(ValueError, match="'neon'"):
-        ops.set_simd_path("neon")
-    for missing in sorted({"avx2", "avx512"} - set(PATHS)):
+    with pytest.raises(ValueError, match="unknown SIMD path 'sse9'"):
+        ops.set_simd_path("sse9")
+    for missing in sorted({"avx2", "avx512", "neon"} - set(PATHS)):
         with pytest.raises(ValueError, match=f"'{missing}' is not available"):
             ops.set_simd_path(missing)
     assert ops.get_simd_path() == PATHS[-1]

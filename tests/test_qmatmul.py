@@ -80,6 +80,11 @@ def test_matches_numpy(path: str, type_name: str, m: int) -> None:
     c = case(type_name)
     y = ops.qmatmul(c.w, type_name, c.x[:m], n_threads=3)
     assert y.shape == (m, N) and y.dtype == np.float32
+    assert_matches_numpy(c, y, m)
+
+
+def assert_matches_numpy(c: Case, y: np.ndarray, m: int) -> None:
+    """y = the first m columns of c.x times c's weights, as the op quantizes them."""
     xq, scale = c.quantized_x(m)
     ref = xq @ c.wd.T
     tol = c.rounding(xq)

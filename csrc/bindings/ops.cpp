@@ -33,7 +33,7 @@ namespace {
 
 using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-constexpr SimdPath kPaths[] = {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512};
+constexpr SimdPath kPaths[] = {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512, SimdPath::neon};
 
 // The shape of `a`, checked against `ndim` and, where `want` is not -1, each dimension.
 std::vector<int64_t> shape(const Floats & a, const char * name, std::vector<int64_t> want) {
@@ -278,7 +278,7 @@ void qtts::bind_ops(py::module_ & mod) {
         []() {
             std::vector<std::string> out;
             for (SimdPath p : kPaths) {
-                if (p <= best_simd_path()) out.push_back(simd_path_name(p));
+                if (simd_path_available(p)) out.push_back(simd_path_name(p));
             }
             return out;
         },
@@ -291,7 +291,7 @@ void qtts::bind_ops(py::module_ & mod) {
             for (SimdPath p : kPaths) {
                 if (name == simd_path_name(p)) return set_simd_path(p);
             }
-            throw Error(format("unknown SIMD path '%s' (scalar, avx2 or avx512)", name.c_str()));
+            throw Error(format("unknown SIMD path '%s' (scalar, avx2, avx512 or neon)", name.c_str()));
         },
         py::arg("name"), "Test-only: make every custom op (in every model of this process) take this path.");
     m.def("conv_gemm", &run_conv_gemm, py::arg("xp"), py::arg("w"), py::arg("n"), py::arg("bias") = py::none(),

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "ops/conv_gemm_impl.h"
 #include "ops/layout.h"
+#include "ops/neon.h"
 #include "ops/simd.h"
 #include "runtime/error.h"
 
@@ -14,16 +16,7 @@ namespace qtts {
 
 namespace {
 
-// One conv-GEMM call's geometry. Pointers are at the tile's first output row/channel.
-struct Gemm {
-    const float * w;  // panel base: [K][Cin][P]
-    const float * x;  // xp row t
-    const float * b;  // bias at the first channel, or null
-    const float * res;
-    float * y;
-    int64_t P, cin, k, dstep;  // dstep = d * ldx
-    int64_t ldx, ldr, ldy;
-};
+using Gemm = ConvGemmTile;
 
 // Output lanes [o, o + w) of one panel for rows [0, mt): plain loops for panels that are not a
 // whole number of 8-lane vectors (tiny models) and for CPUs without AVX2.
@@ -191,6 +184,9 @@ void tile_rows_avx512(const Gemm & g, int64_t pstride, int64_t cstep, int64_t mt
 // Up to 6 rows of one panel. Which code a lane takes depends only on the path and the panel width.
 void tile(const Gemm & g, int64_t mt, [[maybe_unused]] SimdPath path) {
     int64_t o = 0;
+#ifdef QTTS_NEON
+    if (path == SimdPath::neon) o = conv_gemm_tile_neon(g, mt);
+#endif
 #ifdef QTTS_X86
     if (path >= SimdPath::avx2) {
         for (; o + 16 <= g.P; o += 16) tile_rows_avx2<2>(g, o, mt);

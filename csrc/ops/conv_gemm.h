@@ -20,8 +20,8 @@ namespace qtts {
 // call or on the thread count. So decoding a stream piece by piece is bit-identical to decoding
 // it in one graph. The avx2 and avx512 paths give bit-identical results (the same fused
 // multiply-adds lane by lane). The scalar path, and on every path the lanes of a panel beyond
-// its last whole 8-lane vector, run plain C++ (on x86 a separate multiply and add): they agree
-// with the vector lanes to float rounding only.
+// its last whole vector (8 lanes on x86, 4 on neon), run plain C++ (on x86 a separate multiply
+// and add): they agree with the vector lanes to float rounding only.
 ggml_tensor * conv_gemm(ggml_context * ctx, ggml_tensor * xp, ggml_tensor * w, int64_t n, ggml_tensor * b,
                         ggml_tensor * res);
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ops/layout.h"
+#include "ops/neon.h"
 #include "ops/simd.h"
 #include "runtime/error.h"
 
@@ -48,7 +49,7 @@ QTTS_AVX2 void elu_row_avx2(const float * x, float * y, int64_t n) {
 void elu_left_op(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor *x = dst->src[0], *left = dst->src[1];
     const int64_t C = dst->ne[0], n = x->ne[1], P = left ? left->ne[1] : 0, rows = dst->ne[1];
-    [[maybe_unused]] const bool avx2 = simd_path() >= SimdPath::avx2;
+    [[maybe_unused]] const SimdPath path = simd_path();
     for (int64_t r = rows * ith / nth; r < rows * (ith + 1) / nth; ++r) {
         float * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + r * dst->nb[1]);
         if (r < P) {
@@ -56,8 +57,14 @@ void elu_left_op(ggml_tensor * dst, int ith, int nth, void *) {
         } else if (r < P + n) {
             const float * xr = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + (r - P) * x->nb[1]);
 #ifdef QTTS_X86
-            if (avx2) {
+            if (path == SimdPath::avx2 || path == SimdPath::avx512) {
                 elu_row_avx2(xr, y, C);
+                continue;
+            }
+#endif
+#ifdef QTTS_NEON
+            if (path == SimdPath::neon) {
+                elu_row_scalar(xr, y, elu_row_neon(xr, y, C), C);
                 continue;
             }
 #endif

@@ -11,8 +11,9 @@ namespace qtts {
 //
 // Determinism: each element depends only on its input and, through the SIMD path in effect
 // (ops/simd.h), on its channel position; never on the time range or the thread count. The
-// avx2 and avx512 paths share one kernel (bit-identical); the scalar path uses libm's expm1,
-// which differs from the vector polynomial by float rounding.
+// avx2 and avx512 paths share one kernel (bit-identical), the neon path runs its polynomial on
+// 4-lane vectors; the scalar path uses libm's expm1, which differs from the vector polynomial
+// by float rounding.
 ggml_tensor * elu_left(ggml_context * ctx, ggml_tensor * x, ggml_tensor * left, int64_t pad);
 
 }  // namespace qtts

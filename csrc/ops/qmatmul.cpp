@@ -219,6 +219,10 @@ Choice choose(Format f, [[maybe_unused]] SimdPath path) {
     if (path >= SimdPath::avx512 && cpu_has_vnni()) return {f, Kernel::vnni, vnni[static_cast<int>(f)]};
     if (path >= SimdPath::avx2 && f == Format::q8_0) return {f, Kernel::avx2, q8_0_avx2};
 #endif
+#ifdef QTTS_QMM_ARM
+    // K-quants keep ggml's mul_mat on ARM (qmatmul_vectorized is false for them)
+    if (path == SimdPath::neon && f == Format::q8_0) return {f, Kernel::neon, q8_0_neon_kernel()};
+#endif
     return {f, Kernel::scalar, scalar[static_cast<int>(f)]};
 }
 

@@ -25,7 +25,8 @@ bool qmatmul_vectorized(ggml_type type);
 // Determinism: y[n, m] is one fixed chain of operations on column m and row n alone, whatever
 // M, the other columns, the tile or the thread that computes it: a column's result is bit for
 // bit the same alone or in a batch, and for every thread count. It does depend on the kernel
-// (scalar, avx2, avx512 with VNNI), which agree to float rounding of the block sums.
+// (scalar, avx2, avx512 with VNNI), which agree to float rounding of the block sums; the NEON
+// Q8_0 kernels (with or without the dot-product extension) give the scalar kernel's result.
 ggml_tensor * qmatmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
 
 }  // namespace qtts

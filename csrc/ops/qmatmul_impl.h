@@ -26,10 +26,10 @@ struct BlockQ6_K {  // 256 values in 16 sub-blocks of 16: d * sc[j] * (q - 32), 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "ggml blocks");
 
 enum class Format { q8_0, q4_k, q6_k };
-enum class Kernel { scalar, avx2, vnni };
+enum class Kernel { scalar, avx2, vnni, neon };
 
 // Quantized activation columns, one per column of x, each starting on a 64-byte line:
-//   Q8_0, scalar/avx2: int8 q[K], float d[K/32]
+//   Q8_0, scalar/avx2/neon: int8 q[K], float d[K/32]
 //   Q8_0, vnni: per group of 16 blocks (a last group padded with zero blocks) 640 bytes: 8 x 64
 //     q bytes, vector g holding bytes 4g..4g+3 of each block (the weights' transposed order),
 //     16 int32 (-128 * each block's sum of q, where vpdpbusd over weights + 128 starts) and the
@@ -63,6 +63,11 @@ void q8_0_avx2(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q8_0_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q4_k_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q6_k_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
+#endif
+#if defined(__aarch64__) || defined(_M_ARM64)
+#define QTTS_QMM_ARM 1
+// Q8_0 on NEON (ops/qmatmul_arm.cpp): with the dot-product extension where the CPU has it.
+KernelFn q8_0_neon_kernel();
 #endif
 
 // A half's bits as a float (scalar code; the x86 kernels convert with F16C).

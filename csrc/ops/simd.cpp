@@ -23,15 +23,22 @@ SimdPath best_simd_path() {
         return SimdPath::avx512;
     }();
     return best;
+#elif defined(QTTS_NEON)
+    return SimdPath::neon;
 #else
     return SimdPath::scalar;
 #endif
 }
 
+bool simd_path_available(SimdPath path) {
+    if (path == SimdPath::scalar || path == best_simd_path()) return true;
+    return best_simd_path() != SimdPath::neon && path != SimdPath::neon && path < best_simd_path();
+}
+
 SimdPath simd_path() { return current().load(std::memory_order_relaxed); }
 
 void set_simd_path(SimdPath path) {
-    if (path > best_simd_path()) {
+    if (!simd_path_available(path)) {
         fail("SIMD path '%s' is not available on this CPU (best: %s)", simd_path_name(path),
              simd_path_name(best_simd_path()));
     }
@@ -42,6 +49,7 @@ const char * simd_path_name(SimdPath path) {
     switch (path) {
         case SimdPath::avx2: return "avx2";
         case SimdPath::avx512: return "avx512";
+        case SimdPath::neon: return "neon";
         default: return "scalar";
     }
 }

@@ -4,19 +4,16 @@
 #include <cstring>
 
 #include "ops/layout.h"
+#include "ops/neon.h"
 #include "ops/simd.h"
+#include "ops/snake_math.h"
 #include "runtime/error.h"
 
 namespace qtts {
 
 namespace {
 
-// sin^2 by Cody-Waite reduction to |r| <= pi/4 and the Cephes sinf/cosf polynomials: sin^2
-// needs only the parity of the quadrant. Relative error ~1e-7 for |z| up to ~1e4.
-constexpr float kTwoOverPi = 0.636619772367581343f;
-constexpr float kPio2A = 1.5703125f, kPio2B = 4.837512969970703125e-4f, kPio2C = 7.54978995489188216e-8f;
-constexpr float kS1 = -1.6666654611e-1f, kS2 = 8.3321608736e-3f, kS3 = -1.9515295891e-4f;
-constexpr float kC1 = 4.166664568298827e-2f, kC2 = -1.388731625493765e-3f, kC3 = 2.443315711809948e-5f;
+using namespace sin2_consts;
 
 inline float sin2(float z) {
     const float j = std::nearbyint(z * kTwoOverPi);
@@ -100,6 +97,12 @@ void snake_op(ggml_tensor * dst, int ith, int nth, void *) {
         }
         if (path == SimdPath::avx2) {
             snake_row_avx2(xr, a, b, y, C);
+            continue;
+        }
+#endif
+#ifdef QTTS_NEON
+        if (path == SimdPath::neon) {
+            snake_row_scalar(xr, a, b, y, snake_row_neon(xr, a, b, y, C), C);
             continue;
         }
 #endif

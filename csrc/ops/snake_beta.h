@@ -15,6 +15,8 @@ namespace qtts {
 // call or the thread count. The avx2 and avx512 paths are bit-identical (the same operations
 // per lane; channels beyond the last whole 8-lane vector take the scalar code on every path);
 // the scalar path (on x86 without fused multiply-adds) agrees with them to float rounding only.
+// The neon path runs the same per-lane operations on 4-lane vectors (channels beyond the last
+// whole one take the scalar code).
 ggml_tensor * snake_beta(ggml_context * ctx, ggml_tensor * x, ggml_tensor * exp_alpha, ggml_tensor * inv_beta,
                          ggml_tensor * left);
 

@@ -13,7 +13,10 @@
 #include "ggml-cpu.h"
 
 #if defined(_WIN32)
-#define QTTS_NO_MMAP 1
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#include <windows.h>
 #else
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -27,7 +30,23 @@ namespace qtts {
 class MappedFile {
 public:
     explicit MappedFile(const std::string & path) {
-#ifndef QTTS_NO_MMAP
+#if defined(_WIN32)
+        // written for Windows, not built there yet (docs/architecture.md, "Builds")
+        const std::wstring wide = std::filesystem::u8path(path).wstring();
+        HANDLE file = CreateFileW(wide.c_str(), GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING,
+                                  FILE_ATTRIBUTE_NORMAL, nullptr);
+        if (file == INVALID_HANDLE_VALUE) fail("%s: cannot open (Windows error %lu)", path.c_str(), GetLastError());
+        LARGE_INTEGER size{};
+        GetFileSizeEx(file, &size);
+        size_ = static_cast<size_t>(size.QuadPart);
+        HANDLE mapping = size_ ? CreateFileMappingW(file, nullptr, PAGE_READONLY, 0, 0, nullptr) : nullptr;
+        CloseHandle(file);
+        if (mapping) {
+            addr_ = MapViewOfFile(mapping, FILE_MAP_READ, 0, 0, 0);
+            CloseHandle(mapping);
+        }
+        if (!addr_) fail("%s: cannot map the file (Windows error %lu)", path.c_str(), GetLastError());
+#else
         int fd = ::open(path.c_str(), O_RDONLY);
         if (fd < 0) fail("%s: cannot open: %s", path.c_str(), std::strerror(errno));
         struct stat st{};
@@ -36,13 +55,12 @@ public:
         addr_ = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
         ::close(fd);
         if (addr_ == MAP_FAILED) fail("%s: mmap failed: %s", path.c_str(), std::strerror(errno));
-#else
-        (void) path;
-        fail("memory mapping is not available on this platform");
 #endif
     }
     ~MappedFile() {
-#ifndef QTTS_NO_MMAP
+#if defined(_WIN32)
+        if (addr_) UnmapViewOfFile(addr_);
+#else
         if (addr_ && addr_ != MAP_FAILED) ::munmap(addr_, size_);
 #endif
     }

@@ -1,20 +1,34 @@
 """Import the compiled extension, preloading libggml where the RPATH cannot reach it.
 
-The installed extension finds libggml through its RPATH. Builds loaded from elsewhere
-(editable rebuilds, copied build trees) need the libraries preloaded from the installed
-libggml-python package.
+The installed extension finds libggml through its RPATH (Linux, macOS). Builds loaded from
+elsewhere (editable rebuilds, copied build trees) need the libraries preloaded from the installed
+libggml-python package. Windows has no RPATH and does not search PATH for a module's DLLs: the
+package's DLL folders are added to the search path before the import (docs/architecture.md, "Builds").
 """
 from __future__ import annotations
 
 import ctypes
 import importlib
+import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
 _PINNED_GGML = "0.20.2"
 
 
+def _add_windows_dll_dirs() -> None:
+    import libggml
+
+    root = Path(libggml.__file__).parent
+    for sub in ("bin", "lib", "lib64"):
+        if (root / sub).is_dir():
+            os.add_dll_directory(str(root / sub))
+
+
 def _load() -> ModuleType:
+    if sys.platform == "win32":
+        _add_windows_dll_dirs()
     try:
         return importlib.import_module("qtts._core")
     except ImportError as e:
@@ -23,10 +37,11 @@ def _load() -> ModuleType:
     import libggml
 
     root = Path(libggml.__file__).parent
+    suffix = ".0.dylib" if sys.platform == "darwin" else ".so.0"  # the wheels' SONAMEs
     for sub in ("lib64", "lib"):
-        if (root / sub / "libggml.so.0").exists():
-            for name in ("libggml-base.so.0", "libggml-cpu.so.0", "libggml.so.0"):
-                ctypes.CDLL(str(root / sub / name), mode=ctypes.RTLD_GLOBAL)
+        if (root / sub / f"libggml{suffix}").exists():
+            for name in ("libggml-base", "libggml-cpu", "libggml"):
+                ctypes.CDLL(str(root / sub / f"{name}{suffix}"), mode=ctypes.RTLD_GLOBAL)
             break
     return importlib.import_module("qtts._core")
 
