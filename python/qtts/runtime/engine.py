@@ -68,6 +68,17 @@ def sample_tokens(logits: np.ndarray, do_sample: bool, temperature: float, top_k
     return list(core.sample_tokens(logits, do_sample, temperature, top_k, top_p, seed))
 
 
+def read_bandwidth(n_bytes: int, n_threads: int, passes: int = 5) -> float:
+    """The machine's stream (read) bandwidth in GB/s: n_threads threads summing a buffer of
+    n_bytes, the best of `passes` (benchmarks)."""
+    return float(core.read_bandwidth(n_bytes, n_threads, passes))
+
+
+def set_matmul_path(path: str) -> None:
+    """The quantized weights' kernels for this process: "native" or "ggml" (benchmarks)."""
+    core.ops.set_matmul_path(path)
+
+
 def build_info() -> dict[str, Any]:
     """The ggml version and the CPU features the native core sees."""
     return {"ggml": str(core.ggml_version()), "cpu_features": list(core.cpu_features())}

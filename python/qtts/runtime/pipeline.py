@@ -28,6 +28,13 @@ def check_vocoder_threads(value: Any, n_threads: int) -> None:
                          f"got {value}")
 
 
+def candidate_split(n_threads: int, generation_ms: float, vocoder_ms: float) -> int:
+    """The vocoder's threads when the two stages' serial times are shared out in proportion (each
+    stage assumed to scale with its threads), rounded and kept within 1 .. n_threads - 1."""
+    share = round(n_threads * vocoder_ms / max(generation_ms + vocoder_ms, 1e-9))
+    return min(max(share, 1), n_threads - 1)
+
+
 @dataclass
 class SplitMeasure:
     """What the automatic split has measured, in ms per frame (None: not yet)."""
@@ -63,8 +70,7 @@ class ThreadSplit:
         m = self.measure
         if vocoder_threads == 0 and m.candidate is None:
             m.serial_ms = (generation_ms + vocoder_ms) / frames
-            share = round(self.n_threads * vocoder_ms / max(generation_ms + vocoder_ms, 1e-9))
-            m.candidate = min(max(share, 1), self.n_threads - 1)
+            m.candidate = candidate_split(self.n_threads, generation_ms, vocoder_ms)
         elif vocoder_threads == m.candidate and m.serial_ms is not None:
             m.pipelined_ms = max(generation_ms, vocoder_ms) / frames
             self.vocoder_threads = vocoder_threads if m.pipelined_ms < m.serial_ms else 0
