@@ -169,3 +169,19 @@ def test_vocoder_thread_failure_reaches_the_consumer(cv: tuple[qtts.Model, qtts.
     monkeypatch.undo()
     assert not _vocoder_threads_alive()
     piped.synthesize("Short.", speaker="ryan", **FRAMES)  # the model is usable afterwards
+
+
+def test_cli_vocoder_threads(gguf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qtts import cli
+
+    model = str(gguf_dir / "tiny_custom_voice-f32.gguf")
+    argv = ["speak", "-m", model, "--speaker", "ryan", "-s", "3", "--max-new-tokens", "10", "-q", "-t", "2",
+            "-p", TEXT]
+    for v in ("0", "1"):
+        assert cli.main([*argv, "--vocoder-threads", v, "-o", str(tmp_path / f"{v}.wav")]) == 0
+    assert (tmp_path / "0.wav").read_bytes() == (tmp_path / "1.wav").read_bytes()
+    assert cli.main([*argv, "--vocoder-threads", "2", "-o", str(tmp_path / "x.wav")]) == 1
+    assert "vocoder_threads must be between 0 (serial) and n_threads - 1 (1)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main([*argv, "--vocoder-threads", "x", "-o", str(tmp_path / "x.wav")])
+    assert e.value.code == 2 and "--vocoder-threads" in capsys.readouterr().err
