@@ -208,13 +208,17 @@ class Engine:
                 handle._close()
 
     def _vocoder_session(self, n_threads: int) -> Any:
-        """The second session, on `n_threads` threads, that pipelined streams vocode on while this
-        one generates (docs/architecture.md, "Pipelined streaming"); made on first use, remade
-        when the split changes. Called under the lock."""
+        """The second session, with a pool of `n_threads` threads, that pipelined streams vocode on
+        while this one generates (docs/architecture.md, "Pipelined streaming"); made on first use.
+        Called under the lock."""
         if self._vocoder is None or self._vocoder.n_threads != n_threads:
             self._vocoder = None  # its buffers go before the new session's are made
             self._vocoder = core.Session(self._model, n_threads)
         return self._vocoder
+
+    def release_vocoder_session(self) -> None:
+        """Give the second session's buffers back (the split went serial); called under the lock."""
+        self._vocoder = None
 
     def memory(self) -> dict[str, int]:
         """Bytes the sessions hold now: kv_cache, compute_buffers, and vocoder_compute_buffers (the
@@ -292,8 +296,9 @@ class SessionHandle:
         self.native.threads = n
 
     def vocoder(self, n_threads: int) -> SessionHandle:
-        """The engine's second session on n_threads threads, for vocoding in a worker thread while
-        this one generates; valid (and covered by this handle's lock) until the block ends."""
+        """The engine's second session with a pool of n_threads threads (set `threads` to use
+        fewer), for vocoding in a worker thread while this one generates; valid (and covered by
+        this handle's lock) until the block ends."""
         self._require_open()
         if self._make_vocoder is None:
             raise RuntimeError("this session handle has no second session")

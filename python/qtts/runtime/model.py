@@ -316,6 +316,8 @@ class Model(QwenTTSCompat):
         """A finished request's stage timings, for the automatic split (pipeline.ThreadSplit)."""
         self._split.record(t.vocoder_threads, t.frames, (t.talker_ms_per_frame + t.predictor_ms_per_frame) * t.frames,
                            t.vocoder_ms_per_frame * t.frames)
+        if self._split.vocoder_threads == 0:
+            self.engine.release_vocoder_session()
 
     def _request(self, text: str, speaker: str | None, language: str, instruct: str | None, seed: int | None,
                  split_sentences: SplitSentences, frame_budget: int | str | None, non_streaming_mode: bool | None,

@@ -87,7 +87,8 @@ class Vocoder:
         self.threads = threads
         self.busy_ms = 0.0
         self._s = s
-        self._voc = s if threads == 0 else s.vocoder(threads)
+        # the second session has a pool of all n threads and normally uses `threads` of them
+        self._voc = s if threads == 0 else s.vocoder(s.n_threads)
         self._pool = None if threads == 0 else ThreadPoolExecutor(1, thread_name_prefix="qtts-vocoder")
         self._last: Future[np.ndarray] | None = None
 
@@ -118,15 +119,28 @@ class Vocoder:
 
     def reset(self, silent_frames: int = 0) -> None:
         voc = self._voc
-        self._run(lambda: (voc.decode_stream_reset(silent_frames=silent_frames), np.zeros(0, np.float32))[1])
 
-    def push(self, codes: np.ndarray) -> Future[np.ndarray]:
+        def reset() -> np.ndarray:
+            voc.decode_stream_reset(silent_frames=silent_frames)
+            return np.zeros(0, dtype=np.float32)
+
+        self._run(reset)
+
+    def push(self, codes: np.ndarray, alone: bool = False) -> Future[np.ndarray]:
+        """The samples of the stream's next frames. alone: the caller waits for them and generates
+        nothing meanwhile (a stream's first chunk), so the vocoder may take every thread."""
         if not len(codes):
             f: Future[np.ndarray] = Future()
             f.set_result(np.zeros(0, dtype=np.float32))
             return f
-        voc = self._voc
-        return self._run(lambda: voc.decode_stream_push(codes))
+        voc, n = self._voc, self._s.n_threads if alone else self.threads
+
+        def push() -> np.ndarray:
+            if voc is not self._s:  # the worker sets its own session's threads, between graphs
+                voc.threads = n
+            return voc.decode_stream_push(codes)
+
+        return self._run(push)
 
     def idle(self) -> bool:
         return self._last is None or self._last.done()

@@ -237,7 +237,7 @@ def stream(model: Model, s: SessionHandle, req: Request, *, first_chunk_frames: 
                                                      voc.paced(_chunk_sizes(first_chunk_frames, max_chunk_frames))):
                 if not len(codes) and reason is None:
                     continue
-                pending.append((voc.push(codes), codes, reason))
+                pending.append((voc.push(codes, alone=index == 0), codes, reason))
                 # the first chunk at once (time to first audio), later ones once the next is generated
                 while pending and (index == 0 or reason is not None or len(pending) > voc.lag):
                     samples, chunk_codes, chunk_reason = pending.popleft()
