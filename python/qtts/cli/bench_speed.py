@@ -90,17 +90,16 @@ def vocoder_flop(tensors: list[tuple[str, str, int]]) -> float:
 
 
 def nominal_ghz() -> float | None:
-    """The CPU's nominal clock: lscpu's maximum, else the model name's "@ x GHz", else the current
-    clock of /proc/cpuinfo."""
+    """The CPU's nominal clock in GHz: cpufreq's maximum, else the model name's "@ x GHz", else
+    the current clock of /proc/cpuinfo (virtual machines often have only that)."""
+    try:
+        return int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1e6
+    except (OSError, ValueError):
+        pass
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()
     except OSError:
         return None
-    for path in ("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq",):
-        try:
-            return int(Path(path).read_text()) / 1e6
-        except (OSError, ValueError):
-            pass
     if m := re.search(r"model name\s*:.*@\s*([\d.]+)GHz", cpuinfo):
         return float(m.group(1))
     if m := re.search(r"cpu MHz\s*:\s*([\d.]+)", cpuinfo):
