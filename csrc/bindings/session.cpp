@@ -126,6 +126,8 @@ void bind_session(py::module_ & m) {
              py::arg("model"), py::arg("n_threads"), py::keep_alive<1, 2>())
         .def_property_readonly("n_threads", &Session::n_threads)
         .def_property_readonly("device", &Session::device)
+        .def_property("threads", &Session::threads, &Session::set_threads,
+                      "Threads the next graphs run on (1 .. n_threads; results do not depend on it).")
         .def("text_embed",
              [](Session & s, const std::vector<int32_t> & ids) {
                  std::vector<float> out;

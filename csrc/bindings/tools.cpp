@@ -1,4 +1,5 @@
-// Module-level tools: the tokenizer tables, the sampler, ggml's quantizers, devices and CPU features.
+// Module-level tools: the tokenizer tables, the sampler, ggml's quantizers, devices, CPU features and
+// the memory bandwidth probe.
 #include <algorithm>
 #include <random>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "ggml.h"
 #include "runtime/error.h"
 #include "runtime/gguf_file.h"
+#include "runtime/membw.h"
 #include "runtime/names.h"
 #include "runtime/sampling.h"
 
@@ -107,6 +109,14 @@ void bind_tools(py::module_ & m) {
         },
         py::arg("logits"), py::arg("do_sample"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
         py::arg("seed"), "One token per row with the generation loop's sampler (tests and micro-benchmarks).");
+    m.def(
+        "read_bandwidth",
+        [](size_t bytes, int n_threads, int passes) {
+            py::gil_scoped_release release;
+            return read_bandwidth(bytes, n_threads, passes);
+        },
+        py::arg("bytes"), py::arg("n_threads"), py::arg("passes") = 5,
+        "Stream read bandwidth in GB/s: n_threads threads summing a buffer of `bytes`, best of `passes`.");
     m.def("ggml_version", []() { return std::string(ggml_version()); });
     m.def("quantize", &quantize_rows, py::arg("rows"), py::arg("type"), py::arg("n_threads") = 1,
             "Quantize float32 rows [n, n_per_row] to q8_0, q4_k, q5_k or q6_k with ggml; the raw blocks.");

@@ -16,7 +16,8 @@ static void set_cpu_threads(ggml_backend_t cpu, int n_threads, ggml_threadpool_t
     ggml_backend_cpu_set_threadpool(cpu, *tp);
 }
 
-Session::Session(std::shared_ptr<const Model> model, int n_threads) : model_(std::move(model)), n_threads_(n_threads) {
+Session::Session(std::shared_ptr<const Model> model, int n_threads)
+    : model_(std::move(model)), n_threads_(n_threads), threads_(n_threads) {
     if (n_threads < 1) fail("n_threads must be at least 1, got %d", n_threads);
     GgmlErrorCapture log;
     backend_ = ggml_backend_dev_init(model_->device, nullptr);
@@ -73,6 +74,14 @@ void Session::release_buffers() {
     ggml_backend_sched_free(sched_);
     sched_ = nullptr;
     make_sched();
+}
+
+// The pool keeps n_threads_ workers; ggml wakes only the first `n` for each graph and the rest
+// sleep without polling, so the cores they leave are free for another session.
+void Session::set_threads(int n) {
+    if (n < 1 || n > n_threads_) fail("threads must be between 1 and the session's %d, got %d", n_threads_, n);
+    ggml_backend_cpu_set_n_threads(cpu_, n);
+    threads_ = n;
 }
 
 void Session::set_prefill_chunk(int n) {

@@ -37,6 +37,11 @@ public:
 
     const Model & model() const { return *model_; }
     int n_threads() const { return n_threads_; }
+    // Threads the next graphs run on, at most n_threads (the pool's size): a pipelined stream
+    // generates on fewer while a second session vocodes (docs/architecture.md, "Pipelined
+    // streaming"). Results do not depend on it.
+    int threads() const { return threads_; }
+    void set_threads(int n);
     std::string device() const;
 
     // P(ids): the talker's text embedding followed by the text projection MLP, [n, D] row-major.
@@ -182,6 +187,7 @@ private:
 
     std::shared_ptr<const Model> model_;
     int n_threads_ = 1;
+    int threads_ = 1;
     ggml_backend_t backend_ = nullptr;      // on the model's device
     ggml_backend_t cpu_ = nullptr;          // fallback for ops the device lacks (same as backend_ on CPU)
     ggml_threadpool_t threadpool_ = nullptr;

@@ -94,3 +94,12 @@ def frame_budget(value: str) -> int | str | None:
     if not 1 <= n <= 2**31 - 1:
         raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or an integer in [1, 2**31), got {value!r}")
     return n
+
+
+def vocoder_threads(value: str) -> int | None:
+    """--vocoder-threads: "auto" (None) or a count, 0 for serial synthesis."""
+    from ..runtime.config import check_int
+
+    if value == "auto":
+        return None
+    return checked(int, lambda v: check_int("vocoder-threads", v, 0, 1023))(value)  # type: ignore[no-any-return]

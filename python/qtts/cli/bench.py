@@ -1,5 +1,5 @@
-"""`qtts-cli bench speed|memory|quality|micro|matmul|ops|serve|batch`: reproducible benchmarks (matmul:
-bench_matmul.py, ops: bench_ops.py, serve: bench_serve.py, batch: bench_batch.py).
+"""`qtts-cli bench speed|memory|quality|micro|matmul|ops|serve|batch`: reproducible benchmarks (speed:
+bench_speed.py, matmul: bench_matmul.py, ops: bench_ops.py, serve: bench_serve.py, batch: bench_batch.py).
 
 speed, memory and quality run full-size random-weight models. The model is built from a released configuration with random weights (qtts.randmodel, numpy
 only), converted with qtts's converter and quantizer, and cached under $QTTS_CACHE/bench. Every
@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import bench_matmul, bench_ops, bench_profile
+from . import bench_matmul, bench_ops
+from .args import vocoder_threads as vocoder_threads_arg
 
 TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
         "forest while the sun goes down behind the hills.")
@@ -66,43 +67,6 @@ def _clip(seconds: float, seed: int = 0):
 def _settings(frames: int, seed: int) -> dict[str, Any]:
     # EOS is masked until `frames` tokens exist and max_new_tokens stops right there
     return dict(seed=seed, min_new_tokens=frames, max_new_tokens=frames + 1, frame_budget=None)
-
-
-def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = "native",
-                 profile: bool = False) -> dict[str, Any]:
-    import qtts
-    from .._native import core
-    from ..runtime.audio import peak_rss_mb
-    from ..runtime.cloning import create_voice
-
-    core.ops.set_matmul_path(matmul)
-    t0 = time.perf_counter()
-    m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False)
-    load_s = time.perf_counter() - t0
-    r: dict[str, Any] = {"load_s": load_s}
-    if m.variant == "base":
-        create_voice(m, _clip(2.0), None, True, None)  # warm-up: page in the encoders
-        voice, ct = create_voice(m, _clip(30.0), None, True, None)
-        r["speaker_encode_30s_ms"] = ct.speaker_encode_ms
-        _, ct = create_voice(m, _clip(10.0), REF_TEXT, False, None)
-        r["icl_encode_10s_ms"] = {"speaker": ct.speaker_encode_ms, "codec": ct.codec_encode_ms}
-        kw: dict[str, Any] = {"voice": voice}
-    else:
-        kw = {"speaker": m.speakers[0]} if m.variant == "custom_voice" else {"instruct": "A calm voice."}
-    m.synthesize("Warm up.", **kw, **_settings(4, seed))
-    t = qtts.Timings()
-    n = sum(len(c.samples) for c in m.stream(TEXT, timings=t, **kw, **_settings(frames, seed)))
-    assert t.frames == frames and n == frames * m.engine.samples_per_frame
-    gen = t.talker_ms_per_frame + t.predictor_ms_per_frame
-    memory = m.engine.memory()
-    r.update(prefill_ms=t.prefill_ms, talker_ms_per_frame=t.talker_ms_per_frame,
-             predictor_ms_per_frame=t.predictor_ms_per_frame, generation_ms_per_frame=gen,
-             vocoder_ms_per_frame=t.vocoder_ms_per_frame, time_to_first_audio_ms=t.time_to_first_audio_ms,
-             total_ms=t.total_ms, rtf=t.rtf, frames_per_s=frames / (t.total_ms / 1e3), frames=frames,
-             peak_rss_mb=peak_rss_mb(), **memory)
-    if profile:
-        r["profile"] = bench_profile.collect(m, TEXT, {**kw, **_settings(frames, seed)}, frames, r)
-    return r
 
 
 def reference_worker(hf_dir: str, threads: int, frames: int, seed: int) -> dict[str, Any]:
@@ -268,25 +232,6 @@ def _worker(kind: str, *args: str) -> dict[str, Any]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def run_speed(a: argparse.Namespace) -> dict[str, Any]:
-    log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
-    out: dict[str, Any] = {"benchmark": "speed", "release": a.release, "frames": a.frames, "threads": a.threads,
-                           "seed": a.seed, "matmul": a.matmul, **machine(), "results": {}}
-    for qtype in a.types:
-        gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
-        out["results"][qtype] = _worker("speed", gguf, str(a.threads), str(a.frames), str(a.seed), a.matmul,
-                                        str(int(a.profile)))
-        if log:
-            log(f"{qtype}: " + json.dumps(out["results"][qtype]))
-    if a.compare_reference:
-        from ..convert.registry import cache_dir
-
-        hf = cache_dir() / "bench" / f"{a.release}-seed{a.seed}" / "hf"
-        out["reference"] = _worker("reference", str(hf), str(a.threads), str(a.frames), str(a.seed))
-    out["load_avg_end"] = os.getloadavg()[0]
-    return out
-
-
 def run_memory(a: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
@@ -311,30 +256,6 @@ def run_memory(a: argparse.Namespace) -> dict[str, Any]:
         if log:
             log(f"{qtype}: " + json.dumps(rows))
     return out
-
-
-def format_speed(r: dict[str, Any]) -> str:
-    keys = [("load_s", "load s", 2), ("prefill_ms", "prefill ms", 0), ("talker_ms_per_frame", "talker ms/f", 1),
-            ("predictor_ms_per_frame", "predictor ms/f", 1), ("generation_ms_per_frame", "generation ms/f", 1),
-            ("vocoder_ms_per_frame", "vocoder ms/f", 1), ("time_to_first_audio_ms", "first audio ms", 0),
-            ("rtf", "RTF", 2), ("speaker_encode_30s_ms", "spk enc 30 s ms", 0), ("peak_rss_mb", "peak RSS MB", 0)]
-    cols = list(r["results"]) + (["reference"] if "reference" in r else [])
-    rows = [f"{'':<18}" + "".join(f"{c:>12}" for c in cols)]
-    for k, label, digits in keys:
-        vals = [(r["reference"] if c == "reference" else r["results"][c]).get(k) for c in cols]
-        rows.append(f"{label:<18}" + "".join(f"{v:>12.{digits}f}" if isinstance(v, (int, float)) else f"{'-':>12}"
-                                             for v in vals))
-    if "reference" in r:  # how many times faster than the reference, same run
-        ref = r["reference"]
-        for k, label in (("generation_ms_per_frame", "generation"), ("vocoder_ms_per_frame", "vocoder"),
-                         ("rtf", "RTF"), ("speaker_encode_30s_ms", "spk enc 30 s")):
-            rows.append(f"{'x ref ' + label:<18}" + "".join(
-                f"{ref[k] / r['results'][c][k]:>12.2f}" if c != "reference" and r["results"][c].get(k) else f"{'':>12}"
-                for c in cols))
-    head = (f"{r['release']} random weights, {r['frames']} frames, {r['threads']} threads, {r['matmul']} matmul, load "
-            f"{r['load_avg']:.2f} -> {r['load_avg_end']:.2f}")
-    profiles = [bench_profile.format_profile(q, x["profile"]) for q, x in r["results"].items() if "profile" in x]
-    return "\n".join([head, *rows, *profiles])
 
 
 def format_memory(r: dict[str, Any]) -> str:
@@ -375,6 +296,9 @@ def add_parser(sub: Any) -> None:
                            help="quantized weight kernels: the native quantized matmul (default) or ggml's mul_mat")
             p.add_argument("--profile", action="store_true",
                            help="stream once more with per-op timing: ops and overhead per phase (bench_profile)")
+            p.add_argument("--vocoder-threads", type=vocoder_threads_arg, default=None, metavar="N|auto",
+                           help="the pipelined run's vocoder threads (0: serial only; default auto: the split "
+                                "the serial run's stage times suggest)")
         p.set_defaults(func=run)
     bench_matmul.add_parser(bs, run)
     bench_ops.add_parser(bs, TYPES)
@@ -390,6 +314,7 @@ def add_parser(sub: Any) -> None:
 def run(a: argparse.Namespace) -> int:
     from .bench_batch import format_bulk, run_bulk
     from .bench_serve import format_serve, run_serve
+    from .bench_speed import format_speed, run_speed
 
     runner, fmt = {"speed": (run_speed, format_speed), "memory": (run_memory, format_memory),
                    "quality": (run_quality, format_quality), "micro": (run_micro, format_micro),
@@ -406,7 +331,9 @@ def run(a: argparse.Namespace) -> int:
 def _main(argv: list[str]) -> None:
     kind, *args = argv
     if kind == "speed":
-        r = speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]), args[4], args[5:6] == ["1"])
+        from .bench_speed import speed_worker
+
+        r = speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]), args[4], int(args[5]), args[6:7] == ["1"])
     elif kind == "reference":
         r = reference_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
     elif kind == "quality":

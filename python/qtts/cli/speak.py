@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .args import CliError, decode_text, frame_budget
 from .args import seed as seed_arg, setting as setting_arg, threads as threads_arg, utf8
+from .args import vocoder_threads as vocoder_threads_arg
 from .common import check_writable, load_model
 from .progress import generation_bar
 from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
@@ -172,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
 
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
-    model = load_model(args, n_threads=args.threads, device=args.device, ops=args.ops)
+    model = load_model(args, n_threads=args.threads, device=args.device, ops=args.ops,
+                       vocoder_threads=args.vocoder_threads)
     if args.ref_audio is not None:
         voice, clone = clone_voice(model, args)
     elif voice is None and model.variant == "base":
@@ -274,6 +276,9 @@ def add_parser(sub: Any) -> None:
     add_sampling_arguments(s)
     r = s.add_argument_group("runtime and reporting")
     r.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
+    r.add_argument("--vocoder-threads", type=vocoder_threads_arg, default=None, metavar="N|auto",
+                   help="pipelined synthesis: the vocoder on N of the threads while the rest generate (0: serial; "
+                        "default auto: chosen from the first requests' timings)")
     r.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
     r.add_argument("--ops", default="auto", choices=OPS,
                    help="the audio networks' ops: native CPU kernels or portable stock ggml ops (default: auto, "

@@ -25,6 +25,7 @@ class Timings:
     talker_ms_per_frame: float = 0.0
     predictor_ms_per_frame: float = 0.0
     vocoder_ms_per_frame: float = 0.0
+    vocoder_threads: int = 0  # 0: serial; else the vocoder ran on this many threads beside the generation
     time_to_first_audio_ms: float | None = None
     total_ms: float = 0.0
     frames: int = 0
@@ -47,6 +48,7 @@ class Timings:
             ("talker", f"{self.talker_ms_per_frame:.1f} ms/frame"),
             ("code predictor", f"{self.predictor_ms_per_frame:.1f} ms/frame"),
             ("vocoder", f"{self.vocoder_ms_per_frame:.1f} ms/frame"),
+            ("pipeline", f"vocoder on {self.vocoder_threads} thread(s)" if self.vocoder_threads else "off (serial)"),
             ("first audio", ttfa), ("total", f"{self.total_ms:.0f} ms"),
             ("frames", f"{self.frames} ({self.audio_seconds:.2f} s of audio)"), ("RTF", f"{self.rtf:.2f}"),
             ("peak RSS", f"{self.peak_rss_mb:.0f} MB"),

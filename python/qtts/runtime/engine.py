@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,17 @@ def sample_tokens(logits: np.ndarray, do_sample: bool, temperature: float, top_k
     return list(core.sample_tokens(logits, do_sample, temperature, top_k, top_p, seed))
 
 
+def read_bandwidth(n_bytes: int, n_threads: int, passes: int = 5) -> float:
+    """The machine's stream (read) bandwidth in GB/s: n_threads threads summing a buffer of
+    n_bytes, the best of `passes` (benchmarks)."""
+    return float(core.read_bandwidth(n_bytes, n_threads, passes))
+
+
+def set_matmul_path(path: str) -> None:
+    """The quantized weights' kernels for this process: "native" or "ggml" (benchmarks)."""
+    core.ops.set_matmul_path(path)
+
+
 def build_info() -> dict[str, Any]:
     """The ggml version and the CPU features the native core sees."""
     return {"ggml": str(core.ggml_version()), "cpu_features": list(core.cpu_features())}
@@ -80,6 +91,7 @@ class Engine:
     def __init__(self, path: str, device: str = "auto", n_threads: int = 1, ops: str = "auto") -> None:
         self._model = core.Model(path, device, core.Ops.__members__[ops])
         self._session = core.Session(self._model, n_threads)
+        self._vocoder: Any = None  # the pipelined streams' second session (SessionHandle.vocoder)
         self._lock = _EngineLock()
         self._stream_ids = itertools.count(1)
 
@@ -89,6 +101,7 @@ class Engine:
         engine = cls.__new__(cls)
         engine._model = core.Model(path, "cpu")
         engine._session = None
+        engine._vocoder = None
         engine._lock = _EngineLock()
         return engine
 
@@ -188,18 +201,34 @@ class Engine:
         if self._session is None:
             raise RuntimeError("this engine was opened for its metadata only (Engine.metadata)")
         with self._lock:
-            handle = SessionHandle(self._session, self._lock)
+            handle = SessionHandle(self._session, self._lock, self._vocoder_session)
             try:
                 yield handle
             finally:
-                handle._session = None
+                handle._close()
+
+    def _vocoder_session(self, n_threads: int) -> Any:
+        """The second session, with a pool of `n_threads` threads, that pipelined streams vocode on
+        while this one generates (docs/architecture.md, "Pipelined streaming"); made on first use.
+        Called under the lock."""
+        if self._vocoder is None or self._vocoder.n_threads != n_threads:
+            self._vocoder = None  # its buffers go before the new session's are made
+            self._vocoder = core.Session(self._model, n_threads)
+        return self._vocoder
+
+    def release_vocoder_session(self) -> None:
+        """Give the second session's buffers back (the split went serial); called under the lock."""
+        self._vocoder = None
 
     def memory(self) -> dict[str, int]:
-        """Bytes the session holds now: kv_cache, compute_buffers. A read of two sizes that takes no
-        lock, so that it can be watched between chunks of an open stream."""
+        """Bytes the sessions hold now: kv_cache, compute_buffers, and vocoder_compute_buffers (the
+        pipelined streams' second session). A read of sizes that takes no lock, so that it can be
+        watched between chunks of an open stream."""
         if self._session is None:
-            return {"kv_cache": 0, "compute_buffers": 0}
-        return dict(self._session.memory())
+            return {"kv_cache": 0, "compute_buffers": 0, "vocoder_compute_buffers": 0}
+        voc = self._vocoder
+        return {**self._session.memory(),
+                "vocoder_compute_buffers": 0 if voc is None else int(voc.memory()["compute_buffers"])}
 
     def cancel(self) -> None:
         """Stop a generation running in another thread after its current frame (takes no lock)."""
@@ -221,9 +250,18 @@ class Engine:
 class SessionHandle:
     """The compute methods of an engine's session, valid inside `with engine.session()`."""
 
-    def __init__(self, session: Any, lock: _EngineLock) -> None:
+    def __init__(self, session: Any, lock: _EngineLock, vocoder: Callable[[int], Any] | None = None) -> None:
         self._session: Any = session
         self._lock = lock
+        self._make_vocoder = vocoder
+        self._vocoder: SessionHandle | None = None
+
+    def _close(self) -> None:
+        if self._session is not None and self._session.threads != self._session.n_threads:
+            self._session.threads = self._session.n_threads
+        self._session = None
+        if self._vocoder is not None:
+            self._vocoder._close()
 
     @property
     def native(self) -> Any:
@@ -240,6 +278,33 @@ class SessionHandle:
         """Around a stream's yield: the caller's code runs while the stream keeps the session."""
         with self._lock.suspended():
             yield
+
+    # threads
+    @property
+    def n_threads(self) -> int:
+        """The session's threads (the Model's n_threads)."""
+        return int(self.native.n_threads)
+
+    @property
+    def threads(self) -> int:
+        """Threads the next computations run on, 1 .. n_threads (back to n_threads when the block
+        ends); results do not depend on it."""
+        return int(self.native.threads)
+
+    @threads.setter
+    def threads(self, n: int) -> None:
+        self.native.threads = n
+
+    def vocoder(self, n_threads: int) -> SessionHandle:
+        """The engine's second session with a pool of n_threads threads (set `threads` to use
+        fewer), for vocoding in a worker thread while this one generates; valid (and covered by
+        this handle's lock) until the block ends."""
+        self._require_open()
+        if self._make_vocoder is None:
+            raise RuntimeError("this session handle has no second session")
+        if self._vocoder is None or self._vocoder.native.n_threads != n_threads:
+            self._vocoder = SessionHandle(self._make_vocoder(n_threads), self._lock)
+        return self._vocoder
 
     # embeddings and codecs
     def text_embed(self, ids: list[int]) -> np.ndarray:

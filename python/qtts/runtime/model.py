@@ -15,6 +15,7 @@ from . import cloning
 from .compat import QwenTTSCompat
 from .config import SETTINGS, check_bool, check_int
 from .engine import Engine, read_tokenizer
+from .pipeline import ThreadSplit, check_vocoder_threads
 from .generation import GenerationResult, check_text, per_frame_timings
 from .text import SplitSentences
 from ..threads import resolve_threads
@@ -64,10 +65,14 @@ class Model(QwenTTSCompat):
     s.set_profiling ...)."""
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
-                 voice_cache: str | os.PathLike[str] | bool = True, ops: str = "auto"):
+                 voice_cache: str | os.PathLike[str] | bool = True, ops: str = "auto",
+                 vocoder_threads: int | None = None):
         """voice_cache: where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off).
         ops: how the vocoder, codec encoder and speaker encoder run: "native" (custom CPU ops),
-        "portable" (stock ggml ops, on any device) or "auto" (native on the CPU, portable elsewhere)."""
+        "portable" (stock ggml ops, on any device) or "auto" (native on the CPU, portable elsewhere).
+        vocoder_threads: pipelined synthesis, the vocoder on this many of the n_threads while the
+        generation runs on the rest (0: serial; None: chosen from the first requests' timings;
+        the samples are the same either way, docs/architecture.md "Pipelined streaming")."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         if not isinstance(device, str):
@@ -78,7 +83,9 @@ class Model(QwenTTSCompat):
         self.path = Path(path)
         check_gguf_path(self.path)
         self.n_threads = resolve_threads(n_threads)
+        check_vocoder_threads(vocoder_threads, self.n_threads)
         self.engine = Engine(str(self.path), device, self.n_threads, ops)
+        self._split = ThreadSplit(self.n_threads, vocoder_threads, self.engine.device == "CPU")
         self.tokenizer: Tokenizer = Tokenizer.from_data(TokenizerData(*read_tokenizer(str(self.path))))
         self._fingerprint: str | None = None
         if voice_cache is True:
@@ -110,6 +117,12 @@ class Model(QwenTTSCompat):
     def ops(self) -> str:
         """The audio networks' path after "auto" was resolved: "native" or "portable"."""
         return self.engine.ops
+
+    @property
+    def vocoder_threads(self) -> int | None:
+        """The pipeline's split: the vocoder's threads (the generation has the rest), 0 for serial
+        synthesis, None while the automatic choice is still measuring."""
+        return self._split.vocoder_threads
 
     @property
     def speakers(self) -> list[str]:
@@ -241,7 +254,9 @@ class Model(QwenTTSCompat):
         req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
                             non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
         with self.engine.session() as s:
-            return speech.synthesize(self, s, req, progress)
+            audio = speech.synthesize(self, s, req, progress, self._split.next())
+            self._record_split(audio.timings)
+            return audio
 
     def synthesize_batch(self, texts: list[str], *, max_batch: int = 8, **kwargs: Any) -> list[Audio]:
         """synthesize() for several texts at once, stepped together (continuous batching, docs/
@@ -280,18 +295,29 @@ class Model(QwenTTSCompat):
         req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
                             non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
 
+        t = timings if timings is not None else Timings()
+
         def chunks() -> Iterator[AudioChunk]:
             with self.engine.session() as s:  # held from the first chunk until the stream ends or closes
                 inner = speech.stream(self, s, req, first_chunk_frames=first_chunk_frames,
-                                      max_chunk_frames=max_chunk_frames, timings=timings)
+                                      max_chunk_frames=max_chunk_frames, timings=t,
+                                      vocoder_threads=self._split.next())
                 try:
                     for chunk in inner:
                         with s.suspended():
                             yield chunk
                 finally:
                     inner.close()
+                self._record_split(t)
 
         return chunks()
+
+    def _record_split(self, t: Timings) -> None:
+        """A finished request's stage timings, for the automatic split (pipeline.ThreadSplit)."""
+        self._split.record(t.vocoder_threads, t.frames, (t.talker_ms_per_frame + t.predictor_ms_per_frame) * t.frames,
+                           t.vocoder_ms_per_frame * t.frames)
+        if self._split.vocoder_threads == 0:
+            self.engine.release_vocoder_session()
 
     def _request(self, text: str, speaker: str | None, language: str, instruct: str | None, seed: int | None,
                  split_sentences: SplitSentences, frame_budget: int | str | None, non_streaming_mode: bool | None,
@@ -340,15 +366,17 @@ def check_gguf_path(path: Path) -> None:
 
 
 def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
-         convert_type: str = "q8_0", ops: str = "auto") -> Model:
+         convert_type: str = "q8_0", ops: str = "auto", vocoder_threads: int | None = None) -> Model:
     """Load a qtts GGUF file, or a Hugging Face repo id such as "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice":
     downloaded into the Hugging Face cache (needs the `hub` extra; HF_HUB_OFFLINE is honoured),
     converted once to `convert_type` in the qtts cache ($QTTS_CACHE, default ~/.cache/qtts) and
     reused afterwards. n_threads defaults to the physical cores available; ops picks the audio
-    networks' path (Model)."""
+    networks' path and vocoder_threads the pipeline's split (Model)."""
     from ..convert.registry import is_repo_id, fetch, cache_dir
 
     if is_repo_id(model):
         model = fetch(str(model), cache_dir(), convert_type)
     check_ops(ops)
-    return Model(model, n_threads=n_threads, device=device, ops=ops)
+    if vocoder_threads is not None:
+        check_vocoder_threads(vocoder_threads, MAX_THREADS)
+    return Model(model, n_threads=n_threads, device=device, ops=ops, vocoder_threads=vocoder_threads)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,7 @@ from .cloning import CloneTimings
 from .config import GenerationConfig
 from .engine import Generated, SessionHandle
 from .generation import check_text
+from .pipeline import Vocoder
 from .prompt import Conditioning, Prompt, build_prompt, resolve_voice
 from .voice import Voice
 from .text import SplitSentences, text_pieces
@@ -92,9 +95,13 @@ def generate_piece(model: Model, s: SessionHandle, req: Request, index: int, tim
         yield codes, reason, raw
 
 
-def synthesize(model: Model, s: SessionHandle, req: Request, progress: ProgressCallback | None = None) -> Audio:
+def synthesize(model: Model, s: SessionHandle, req: Request, progress: ProgressCallback | None = None,
+               vocoder_threads: int = 0) -> Audio:
     """All of the request's audio; with `progress`, the generation runs a few frames at a time
-    (the same codes) and reports after each step."""
+    (the same codes) and reports after each step. With vocoder_threads, pipelined
+    (synthesize_pipelined): the same samples."""
+    if vocoder_threads:
+        return synthesize_pipelined(model, s, req, progress, vocoder_threads)
     t_start = time.perf_counter()
     timings = Timings()
     pause = np.zeros(int(PAUSE_SECONDS * model.sample_rate), dtype=np.float32)
@@ -136,6 +143,64 @@ def synthesize(model: Model, s: SessionHandle, req: Request, progress: ProgressC
     return Audio(samples, model.sample_rate, codes, stop_reason, timings)
 
 
+def synthesize_pipelined(model: Model, s: SessionHandle, req: Request, progress: ProgressCallback | None,
+                         vocoder_threads: int) -> Audio:
+    """synthesize() with each piece generated PROGRESS_FRAMES frames at a time, every step's codes
+    streamed through the decoder on the second session while the next step is generated. A stream
+    gives decode()'s samples bit for bit; an ICL voice's reference frames are pushed audibly and
+    cut off as decode_codes cuts them."""
+    t_start = time.perf_counter()
+    timings = Timings(vocoder_threads=vocoder_threads)
+    clone_timings_into(timings, req.clone_timings)
+    gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0)
+    limit = sum(req.config.for_piece(i, p).frame_limit for i, p in enumerate(req.pieces))
+    ref = ref_codes(req)
+    pieces: list[tuple[list[Future[np.ndarray]], int]] = []  # per piece: its pushes' samples, its frames
+    all_codes: list[np.ndarray] = []
+    stop_reason, done = "eos", 0
+    voc = Vocoder(s, vocoder_threads)
+    try:
+        for i in range(len(req.pieces)):
+            voc.reset()
+            pushed = [] if ref is None else [voc.push(ref)]
+            voc.pace()
+            raw: dict[str, float] = {}
+            n = 0
+            for codes, reason, raw in generate_piece(model, s, req, i, timings,
+                                                     voc.paced(itertools.repeat(PROGRESS_FRAMES))):
+                pushed.append(voc.push(codes))
+                all_codes.append(codes)
+                n += len(codes)
+                if progress is not None:
+                    progress(Progress(done + n, limit, i, len(req.pieces), (done + n) / model.engine.frame_rate,
+                                      time.perf_counter() - t_start))
+            assert reason is not None
+            done += n
+            for k in gen:
+                gen[k] += raw[k]
+            pieces.append((pushed, n))
+            if reason != "eos" or stop_reason == "eos":
+                stop_reason = reason
+            if reason == "cancelled":
+                break
+        pause = np.zeros(int(PAUSE_SECONDS * model.sample_rate), dtype=np.float32)
+        waves: list[np.ndarray] = []
+        for k, (pushed, n) in enumerate(pieces):
+            if not n:
+                continue
+            wav = np.concatenate([f.result() for f in pushed])
+            if ref is not None:  # decode_codes's cut of the reference's share
+                wav = wav[int(len(ref) / (len(ref) + n) * len(wav)):]
+            waves += [wav, pause] if k + 1 < len(req.pieces) else [wav]
+    finally:
+        voc.close()
+    samples = np.concatenate(waves) if waves else np.zeros(0, dtype=np.float32)
+    codes = np.concatenate(all_codes) if all_codes else model.engine.empty_codes()
+    finish_timings(timings, {**gen, "vocoder_ms": voc.busy_ms}, len(codes), len(samples) / model.sample_rate,
+                   t_start)
+    return Audio(samples, model.sample_rate, codes, stop_reason, timings)
+
+
 def _chunk_sizes(first: int, most: int) -> Iterator[int]:
     """The stream's steps: `first` frames, then doubling up to `most`."""
     n = first
@@ -145,51 +210,60 @@ def _chunk_sizes(first: int, most: int) -> Iterator[int]:
 
 
 def stream(model: Model, s: SessionHandle, req: Request, *, first_chunk_frames: int = 1, max_chunk_frames: int = 8,
-           timings: Timings | None = None) -> Iterator[AudioChunk]:
-    """Chunks as they are produced; closing the iterator stops the generation."""
+           timings: Timings | None = None, vocoder_threads: int = 0) -> Iterator[AudioChunk]:
+    """Chunks as they are produced; closing the iterator stops the generation. With
+    vocoder_threads, each chunk is vocoded on the second session while the next is generated
+    (docs/architecture.md, "Pipelined streaming"); the samples are the same."""
     if not 1 <= first_chunk_frames <= max_chunk_frames:
         raise ValueError("need 1 <= first_chunk_frames <= max_chunk_frames")
     t_start = time.perf_counter()
     timings = timings if timings is not None else Timings()
-    gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
+    timings.vocoder_threads = vocoder_threads
+    gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0)
     frames, samples_out, index = 0, 0, 0
     ref = ref_codes(req)
     clone_timings_into(timings, req.clone_timings)
-    for i in range(len(req.pieces)):
-        if ref is None:
-            s.decode_stream_reset()
-        else:  # the decoder's context: the reference frames, whose audio is not emitted
-            t0 = time.perf_counter()
-            s.decode_stream_reset(silent_frames=len(ref))
-            s.decode_stream_push(ref)
-            gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
-        raw: dict[str, float] = {}
-        for codes, reason, raw in generate_piece(model, s, req, i, timings,
-                                                 _chunk_sizes(first_chunk_frames, max_chunk_frames)):
-            if not len(codes) and reason is None:
-                continue
-            t0 = time.perf_counter()
-            wav = s.decode_stream_push(codes) if len(codes) else np.zeros(0, dtype=np.float32)
-            gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
-            frames += len(codes)
-            samples_out += len(wav)
-            if timings.time_to_first_audio_ms is None and len(wav):
-                timings.time_to_first_audio_ms = (time.perf_counter() - t_start) * 1e3
-            last = reason is not None and (i + 1 == len(req.pieces) or reason == "cancelled")
-            if last:
-                finish_timings(timings, {**gen, **{k: gen[k] + raw[k] for k in ("prefill_ms", "talker_ms", "predictor_ms")}},
-                        frames, samples_out / model.sample_rate, t_start)
-            yield AudioChunk(wav, model.sample_rate, codes, index, reason if last else None)
-            index += 1
-        for k in ("prefill_ms", "talker_ms", "predictor_ms"):
-            gen[k] += raw[k]
-        if reason == "cancelled":
-            return
-        if i + 1 < len(req.pieces):
-            pause = np.zeros(int(PAUSE_SECONDS * model.sample_rate), dtype=np.float32)
-            samples_out += len(pause)
-            yield AudioChunk(pause, model.sample_rate, model.engine.empty_codes(), index)
-            index += 1
+    voc = Vocoder(s, vocoder_threads)
+    pending: deque[tuple[Future[np.ndarray], np.ndarray, str | None]] = deque()  # (samples, codes, stop reason)
+    try:
+        for i in range(len(req.pieces)):
+            # an ICL voice's reference frames are the decoder's context; their audio is not emitted
+            voc.reset(silent_frames=0 if ref is None else len(ref))
+            if ref is not None:
+                voc.push(ref)
+            voc.pace()
+            raw: dict[str, float] = {}
+            for codes, reason, raw in generate_piece(model, s, req, i, timings,
+                                                     voc.paced(_chunk_sizes(first_chunk_frames, max_chunk_frames))):
+                if not len(codes) and reason is None:
+                    continue
+                pending.append((voc.push(codes, alone=index == 0), codes, reason))
+                # the first chunk at once (time to first audio), later ones once the next is generated
+                while pending and (index == 0 or reason is not None or len(pending) > voc.lag):
+                    samples, chunk_codes, chunk_reason = pending.popleft()
+                    wav = samples.result()
+                    frames += len(chunk_codes)
+                    samples_out += len(wav)
+                    if timings.time_to_first_audio_ms is None and len(wav):
+                        timings.time_to_first_audio_ms = (time.perf_counter() - t_start) * 1e3
+                    last = chunk_reason is not None and (i + 1 == len(req.pieces) or chunk_reason == "cancelled")
+                    if last:
+                        totals = {k: gen[k] + raw[k] for k in gen}
+                        finish_timings(timings, {**totals, "vocoder_ms": voc.busy_ms}, frames,
+                                       samples_out / model.sample_rate, t_start)
+                    yield AudioChunk(wav, model.sample_rate, chunk_codes, index, chunk_reason if last else None)
+                    index += 1
+            for k in gen:
+                gen[k] += raw[k]
+            if reason == "cancelled":
+                return
+            if i + 1 < len(req.pieces):
+                pause = np.zeros(int(PAUSE_SECONDS * model.sample_rate), dtype=np.float32)
+                samples_out += len(pause)
+                yield AudioChunk(pause, model.sample_rate, model.engine.empty_codes(), index)
+                index += 1
+    finally:
+        voc.close()
 
 
 def timed_prompt(model: Model, s: SessionHandle, req: Request, piece: str, timings: Timings) -> Prompt:

@@ -1,0 +1,239 @@
+"""`qtts-cli bench speed`: streaming speed per weight type, serial and pipelined, each in a fresh
+process, with the figures that say how far each stage is from the machine's limits: the stream
+bandwidth (1 and N threads) against the bytes a generated frame reads, and the vocoder's
+GFLOP/s against a nominal FMA peak (docs/architecture.md, "Pipelined streaming")."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import bench_profile
+from .bench import REF_TEXT, TEXT, _clip, _settings, _worker, machine, prepare
+
+BANDWIDTH_BYTES = 512 << 20
+# Bytes per element of the weight types a talker or code predictor holds.
+TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_K": 144 / 256, "q5_K": 176 / 256,
+              "q6_K": 210 / 256}
+KV_BYTES = 4  # the talker's KV cache entries (F32)
+# The released codec decoder (docs/model.md, "Codec decoder"): two ×2 upsampling stages, then
+# the vocoder's blocks at these rates.
+UPSAMPLE = (2, 2)
+VOCODER_RATES = (8, 5, 4, 3)
+FLOPS_PER_CYCLE = 32  # fp32 FMA per core: two 256-bit FMA pipes (AVX2 cores, Zen 4's AVX-512)
+
+
+def stream_bandwidth(threads: int) -> dict[str, float]:
+    """GB/s read by 1 and by `threads` threads."""
+    from ..runtime.engine import read_bandwidth
+
+    out = {"1": read_bandwidth(BANDWIDTH_BYTES, 1)}
+    if threads > 1:
+        out[str(threads)] = read_bandwidth(BANDWIDTH_BYTES, threads)
+    return out
+
+
+def frame_bytes(tensors: list[tuple[str, str, int]], hparams: dict[str, dict], context: float) -> float:
+    """Bytes one generated frame reads: the talker's layers and codec head once, the code
+    predictor's layers once per code group it predicts (15), each of its LM heads once, and the
+    talker's KV cache at `context` positions. Embedding rows and the predictor's 16-position cache
+    are left out (small)."""
+    talker = cp = heads = 0.0
+    for name, qtype, n in tensors:
+        size = n * TYPE_BYTES.get(qtype, 4.0)
+        if name.startswith("talker.blk.") or name in ("talker.codec_head.weight", "talker.output_norm.weight"):
+            talker += size
+        elif name.startswith("code_pred.lm_head."):
+            heads += size
+        elif name.startswith(("code_pred.blk.", "code_pred.output_norm", "code_pred.small_to_mtp")):
+            cp += size
+    t = hparams["talker"]
+    kv = context * t["block_count"] * t["head_count_kv"] * t["head_dim"] * 2 * KV_BYTES
+    return talker + cp * (t["num_code_groups"] - 1) + heads + kv
+
+
+def _rate(name: str) -> float | None:
+    """Time steps per codec frame at which a codec decoder weight is applied (None: not a matmul)."""
+    if not name.endswith(".weight") or "norm" in name:
+        return None
+    if m := re.match(r"codec_dec\.upsample\.(\d+)\.(\w+)\.", name):
+        i, part = int(m.group(1)), m.group(2)
+        steps = 1.0
+        for r in UPSAMPLE[:i + (part != "conv")]:
+            steps *= r
+        return steps  # a transposed conv's MACs are per input step
+    base = float(UPSAMPLE[0] * UPSAMPLE[1])
+    if m := re.match(r"codec_dec\.voc\.blk\.(\d+)\.(\w+)\.", name):
+        i, part = int(m.group(1)), m.group(2)
+        for r in VOCODER_RATES[:i + (part != "up")]:
+            base *= r
+        return base
+    if name.startswith("codec_dec.voc.out_conv"):
+        for r in VOCODER_RATES:
+            base *= r
+        return base
+    if name.startswith("codec_dec.voc."):
+        return base
+    if name.startswith(("codec_dec.pre_", "codec_dec.rvq_")):
+        return 1.0
+    return None
+
+
+def vocoder_flop(tensors: list[tuple[str, str, int]]) -> float:
+    """FLOP per frame of the codec decoder's convolutions, transposed convolutions and linears
+    (2 per multiply-add; every weight element is one MAC per time step at its rate). Attention,
+    SnakeBeta and norms are left out."""
+    return sum(2.0 * n * r for name, _, n in tensors if (r := _rate(name)) is not None)
+
+
+def nominal_ghz() -> float | None:
+    """The CPU's nominal clock in GHz: cpufreq's maximum, else the model name's "@ x GHz", else
+    the current clock of /proc/cpuinfo (virtual machines often have only that)."""
+    try:
+        return int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1e6
+    except (OSError, ValueError):
+        pass
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    if m := re.search(r"model name\s*:.*@\s*([\d.]+)GHz", cpuinfo):
+        return float(m.group(1))
+    if m := re.search(r"cpu MHz\s*:\s*([\d.]+)", cpuinfo):
+        return float(m.group(1)) / 1e3
+    return None
+
+
+def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = "native",
+                 vocoder_threads: int = 0, profile: bool = False) -> dict[str, Any]:
+    import qtts
+    from ..runtime.audio import peak_rss_mb
+    from ..runtime.cloning import create_voice
+    from ..runtime.engine import set_matmul_path
+    from ..runtime.prompt import build_prompt, resolve_voice
+    from ..runtime.speech import default_non_streaming_mode
+
+    set_matmul_path(matmul)
+    t0 = time.perf_counter()
+    m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False, vocoder_threads=vocoder_threads)
+    load_s = time.perf_counter() - t0
+    r: dict[str, Any] = {"load_s": load_s}
+    if m.variant == "base":
+        create_voice(m, _clip(2.0), None, True, None)  # warm-up: page in the encoders
+        voice, ct = create_voice(m, _clip(30.0), None, True, None)
+        r["speaker_encode_30s_ms"] = ct.speaker_encode_ms
+        _, ct = create_voice(m, _clip(10.0), REF_TEXT, False, None)
+        r["icl_encode_10s_ms"] = {"speaker": ct.speaker_encode_ms, "codec": ct.codec_encode_ms}
+        kw: dict[str, Any] = {"voice": voice}
+    else:
+        kw = {"speaker": m.speakers[0]} if m.variant == "custom_voice" else {"instruct": "A calm voice."}
+    m.synthesize("Warm up.", **kw, **_settings(4, seed))
+    t = qtts.Timings()
+    n = sum(len(c.samples) for c in m.stream(TEXT, timings=t, **kw, **_settings(frames, seed)))
+    assert t.frames == frames and n == frames * m.engine.samples_per_frame
+    gen = t.talker_ms_per_frame + t.predictor_ms_per_frame
+    cond = resolve_voice(m, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
+                         voice=kw.get("voice"))
+    with m.engine.session() as s:
+        n_prompt = len(build_prompt(m, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(m.variant)).embeddings)
+    tensors = m.engine.tensor_info()
+    r.update(prefill_ms=t.prefill_ms, talker_ms_per_frame=t.talker_ms_per_frame,
+             predictor_ms_per_frame=t.predictor_ms_per_frame, generation_ms_per_frame=gen,
+             vocoder_ms_per_frame=t.vocoder_ms_per_frame, time_to_first_audio_ms=t.time_to_first_audio_ms,
+             total_ms=t.total_ms, rtf=t.rtf, frames_per_s=frames / (t.total_ms / 1e3), frames=frames,
+             vocoder_threads=t.vocoder_threads, prompt_positions=n_prompt,
+             bytes_per_frame=frame_bytes(tensors, m.hparams, n_prompt + frames / 2),
+             vocoder_flop_per_frame=vocoder_flop(tensors), peak_rss_mb=peak_rss_mb(), **m.engine.memory())
+    if profile:
+        r["profile"] = bench_profile.collect(m, TEXT, {**kw, **_settings(frames, seed)}, frames, r)
+    return r
+
+
+def _analysis(r: dict[str, Any], bandwidth: float, peak: float | None, threads: int) -> None:
+    """Each generation figure as GB/s and a fraction of the N-thread bandwidth; the vocoder's
+    GFLOP/s and its fraction of the nominal peak of the threads it ran on."""
+    r["generation_gb_per_s"] = r["bytes_per_frame"] / r["generation_ms_per_frame"] / 1e6
+    r["bandwidth_fraction"] = r["generation_gb_per_s"] / bandwidth
+    r["vocoder_gflop_per_s"] = r["vocoder_flop_per_frame"] / r["vocoder_ms_per_frame"] / 1e6
+    if peak:
+        r["vocoder_peak_fraction"] = r["vocoder_gflop_per_s"] / (peak * (r["vocoder_threads"] or threads))
+
+
+def run_speed(a: argparse.Namespace) -> dict[str, Any]:
+    from ..runtime.pipeline import candidate_split
+
+    log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
+    ghz = nominal_ghz()
+    peak = None if ghz is None else FLOPS_PER_CYCLE * ghz
+    out: dict[str, Any] = {"benchmark": "speed", "release": a.release, "frames": a.frames, "threads": a.threads,
+                           "seed": a.seed, "matmul": a.matmul, **machine(), "bandwidth_gb_per_s":
+                           stream_bandwidth(a.threads), "nominal_ghz": ghz, "nominal_peak_gflop_per_s_per_core": peak,
+                           "results": {}}
+    bandwidth = out["bandwidth_gb_per_s"][str(a.threads) if a.threads > 1 else "1"]
+    for qtype in a.types:
+        gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
+        args = [gguf, str(a.threads), str(a.frames), str(a.seed), a.matmul]
+        serial = _worker("speed", *args, "0", str(int(a.profile)))
+        _analysis(serial, bandwidth, peak, a.threads)
+        v = a.vocoder_threads
+        if v is None and a.threads > 1:
+            v = candidate_split(a.threads, serial["generation_ms_per_frame"], serial["vocoder_ms_per_frame"])
+        if v:
+            piped = _worker("speed", *args, str(v))
+            _analysis(piped, bandwidth, peak, a.threads)
+            serial["pipelined"] = piped
+        serial["split_chosen"] = v if v and serial["pipelined"]["rtf"] < serial["rtf"] else 0
+        out["results"][qtype] = serial
+        if log:
+            log(f"{qtype}: {serial}")
+    if a.compare_reference:
+        from ..convert.registry import cache_dir
+
+        hf = cache_dir() / "bench" / f"{a.release}-seed{a.seed}" / "hf"
+        out["reference"] = _worker("reference", str(hf), str(a.threads), str(a.frames), str(a.seed))
+    out["load_avg_end"] = os.getloadavg()[0]
+    return out
+
+
+def format_speed(r: dict[str, Any]) -> str:
+    keys = [("load_s", "load s", 2), ("prefill_ms", "prefill ms", 0), ("talker_ms_per_frame", "talker ms/f", 1),
+            ("predictor_ms_per_frame", "predictor ms/f", 1), ("generation_ms_per_frame", "generation ms/f", 1),
+            ("vocoder_ms_per_frame", "vocoder ms/f", 1), ("time_to_first_audio_ms", "first audio ms", 0),
+            ("rtf", "RTF", 2), ("speaker_encode_30s_ms", "spk enc 30 s ms", 0), ("peak_rss_mb", "peak RSS MB", 0)]
+    cols = list(r["results"]) + (["reference"] if "reference" in r else [])
+    rows = [f"{'':<18}" + "".join(f"{c:>12}" for c in cols)]
+
+    def row(label: str, vals: list[Any], digits: int) -> None:
+        rows.append(f"{label:<18}" + "".join(f"{v:>12.{digits}f}" if isinstance(v, (int, float)) else f"{'-':>12}"
+                                             for v in vals))
+
+    for k, label, digits in keys:
+        row(label, [(r["reference"] if c == "reference" else r["results"][c]).get(k) for c in cols], digits)
+    res = [r["results"].get(c, {}) for c in cols]
+    row("pipelined RTF", [x.get("pipelined", {}).get("rtf") for x in res], 2)
+    row("pipe first aud ms", [x.get("pipelined", {}).get("time_to_first_audio_ms") for x in res], 0)
+    row("vocoder threads", [x.get("pipelined", {}).get("vocoder_threads") for x in res], 0)
+    row("split chosen", [x.get("split_chosen") for x in res], 0)
+    row("GB per frame", [x["bytes_per_frame"] / 1e9 if "bytes_per_frame" in x else None for x in res], 2)
+    row("generation GB/s", [x.get("generation_gb_per_s") for x in res], 1)
+    row("of bandwidth", [x.get("bandwidth_fraction") for x in res], 2)
+    row("vocoder GFLOP/s", [x.get("vocoder_gflop_per_s") for x in res], 1)
+    row("of nominal peak", [x.get("vocoder_peak_fraction") for x in res], 2)
+    if "reference" in r:  # how many times faster than the reference, same run
+        ref = r["reference"]
+        for k, label in (("generation_ms_per_frame", "generation"), ("vocoder_ms_per_frame", "vocoder"),
+                         ("rtf", "RTF"), ("speaker_encode_30s_ms", "spk enc 30 s")):
+            rows.append(f"{'x ref ' + label:<18}" + "".join(
+                f"{ref[k] / r['results'][c][k]:>12.2f}" if c != "reference" and r["results"][c].get(k) else f"{'':>12}"
+                for c in cols))
+    bw = ", ".join(f"{v:.1f} GB/s on {k}" for k, v in r["bandwidth_gb_per_s"].items())
+    peak = r.get("nominal_peak_gflop_per_s_per_core")
+    head = (f"{r['release']} random weights, {r['frames']} frames, {r['threads']} threads, {r['matmul']} matmul, load "
+            f"{r['load_avg']:.2f} -> {r['load_avg_end']:.2f}\nstream bandwidth {bw}"
+            + (f"; nominal FMA peak {peak:.0f} GFLOP/s per core at {r['nominal_ghz']:.2f} GHz" if peak else ""))
+    profiles = [bench_profile.format_profile(q, x["profile"]) for q, x in r["results"].items() if "profile" in x]
+    return "\n".join([head, *rows, *profiles])
