@@ -270,8 +270,8 @@ VocoderState::VocoderState(const Vocoder & w, ggml_backend_t backend) {
     auto f32 = [&](int64_t a, int64_t b) { return ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a, b); };
     pre_conv = f32(w.codebook_dim, kPreConvKernel - 1);
     for (size_t il = 0; il < n_layer; ++il) {
-        k.push_back(ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx));
-        v.push_back(ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx));
+        k.push_back(new_cache_k(ctx, hp, n_ctx));
+        v.push_back(new_cache_v(ctx, hp, n_ctx));
     }
     for (size_t i = 0; i < w.upsample.size(); ++i) up.push_back(f32(w.latent_dim, kConvNextKernel - 1));
     voc_in = f32(w.latent_dim, kVocKernel - 1);

@@ -87,7 +87,7 @@ public:
     int64_t n_past = 0;  // frames already decoded in this segment
     int64_t n_ctx = 0;   // key/value capacity in frames
     ggml_tensor * pre_conv = nullptr;  // [codebook_dim, kPreConvKernel - 1]: the last RVQ frames
-    std::vector<ggml_tensor *> k, v;   // [head_dim, n_head_kv, n_ctx] per layer
+    std::vector<ggml_tensor *> k, v;   // per layer, as new_cache_k / new_cache_v
     std::vector<ggml_tensor *> up;     // [latent, kConvNextKernel - 1] per upsampling stage
     ggml_tensor * voc_in = nullptr;    // [latent, kVocKernel - 1]
     struct Block {

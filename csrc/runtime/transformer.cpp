@@ -78,6 +78,14 @@ Transformer load_transformer(GgufFile & f, const char * prefix, const char * net
     return t;
 }
 
+ggml_tensor * new_cache_k(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx) {
+    return ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx);
+}
+
+ggml_tensor * new_cache_v(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx) {
+    return ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n_ctx, hp.head_dim, hp.n_head_kv);
+}
+
 void KvCache::release() {
     state_.release();
     k.clear();
@@ -93,8 +101,8 @@ void KvCache::reserve(ggml_backend_t backend, const TransformerHParams & hp, int
     if (n_ctx < 1) fail("KV cache needs at least one position, got %d", n_ctx);
     ggml_context * ctx = state_.begin(2 * static_cast<size_t>(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {
-        k.push_back(named(ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx), "cache_k.%d", il));
-        v.push_back(named(ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx), "cache_v.%d", il));
+        k.push_back(named(new_cache_k(ctx, hp, n_ctx), "cache_k.%d", il));
+        v.push_back(named(new_cache_v(ctx, hp, n_ctx), "cache_v.%d", il));
     }
     try {
         state_.allocate(backend, format("a KV cache of %d positions", n_ctx).c_str());
@@ -170,32 +178,34 @@ struct LayerBuilder {
         const TransformerHParams & hp = t.hp;
         const int64_t n_all = q->ne[2], hd = hp.head_dim, nkv = hp.n_head_kv;
         const int64_t lanes = kv ? kv->lanes : 1, n = n_all / lanes;
-        // K, V: [hd, n_kv, nkv, lanes]; mul_mat broadcasts each KV head over its query-head group
-        // in the order the reference's repeat_kv lays them out.
-        ggml_tensor *K, *V;
+        // K [hd, n_kv, nkv, lanes] and VT [n_kv, hd, nkv, lanes]; mul_mat broadcasts each KV head
+        // over its query-head group in the order the reference's repeat_kv lays them out. The cache
+        // keeps V transposed (positions along ne0) so that VT is a view of it, not a per-step copy
+        // of the whole window (docs/architecture.md "KV cache").
+        ggml_tensor *K, *VT;
         int64_t n_past = 0;
         if (kv) {
             ggml_tensor *ck = (*kv->k)[il], *cv = (*kv->v)[il];
             const size_t es = sizeof(float), row = hd * nkv * es, lane = kv->lane_stride * row;
+            const size_t vrow = cv->ne[0] * es, vhead = hd * vrow, vlane = kv->lane_stride * es;
             n_past = kv->n_past;
-            auto slots = [&](ggml_tensor * c) {
-                return ggml_view_4d(ctx, c, hd, nkv, n, lanes, hd * es, row, lane, n_past * row);
-            };
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_reshape_4d(ctx, k, hd, nkv, n, lanes), slots(ck)));
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_reshape_4d(ctx, v, hd, nkv, n, lanes), slots(cv)));
+            ggml_tensor * k_slots = ggml_view_4d(ctx, ck, hd, nkv, n, lanes, hd * es, row, lane, n_past * row);
+            ggml_tensor * v_slots = ggml_view_4d(ctx, cv, n, hd, nkv, lanes, vrow, vhead, vlane, n_past * es);
+            ggml_tensor * v4 = ggml_permute(ctx, ggml_reshape_4d(ctx, v, hd, nkv, n, lanes), 1, 2, 0, 3);
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_reshape_4d(ctx, k, hd, nkv, n, lanes), k_slots));
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, v4, v_slots));
             K = ggml_view_4d(ctx, ck, hd, kv->n_kv, nkv, lanes, row, hd * es, lane, 0);
-            V = ggml_view_4d(ctx, cv, hd, kv->n_kv, nkv, lanes, row, hd * es, lane, 0);
+            VT = ggml_view_4d(ctx, cv, kv->n_kv, hd, nkv, lanes, vrow, vhead, vlane, 0);
         } else {
             K = ggml_permute(ctx, k, 0, 2, 1, 3);
-            V = ggml_permute(ctx, v, 0, 2, 1, 3);
+            VT = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));
         }
         q = ggml_permute(ctx, ggml_reshape_4d(ctx, q, hd, hp.n_head, n, lanes), 0, 2, 1, 3);
         ggml_tensor * kq = ggml_mul_mat(ctx, K, q);  // [n_kv, n, n_head, lanes]
         if (!o.mask && n > 1) kq = ggml_diag_mask_inf(ctx, kq, static_cast<int>(n_past));
         kq = named(ggml_soft_max_ext(ctx, kq, o.mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f),
                    "%s.%d.attn_w", o.prefix, il);
-        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, V, 1, 0, 2, 3));  // [n_kv, hd, nkv, lanes]
-        ggml_tensor * out = ggml_permute(ctx, ggml_mul_mat(ctx, vt, kq), 0, 2, 1, 3);  // [hd, n_head, n, lanes]
+        ggml_tensor * out = ggml_permute(ctx, ggml_mul_mat(ctx, VT, kq), 0, 2, 1, 3);  // [hd, n_head, n, lanes]
         return ggml_cont_2d(ctx, out, hd * hp.n_head, n_all);
     }
 
@@ -229,6 +239,9 @@ ggml_tensor * transformer_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tenso
                                 const Transformer & t, const StackOptions & o) {
     auto check = [&](const KvWindow & w, int64_t n) {
         const int64_t n_ctx = w.k->empty() ? 0 : w.k->front()->ne[2];
+        if (w.v->size() != w.k->size() || (n_ctx > 0 && w.v->front()->ne[0] != n_ctx)) {
+            fail("%s: the V cache does not match the K cache", o.prefix);
+        }
         const int64_t need = w.lanes > 1 ? (w.lanes - 1) * w.lane_stride + w.n_kv : w.n_kv;
         if (w.lanes < 1 || n % w.lanes != 0 || w.n_past + n / w.lanes > w.n_kv || need > n_ctx ||
             (w.lanes > 1 && w.lane_stride < w.n_kv)) {

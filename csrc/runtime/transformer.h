@@ -50,7 +50,13 @@ TransformerHParams read_transformer_hparams(const GgufFile & f, const char * pre
 // hp from `prefix` and the layers of tensor group `net` ("talker" ...) in `style`.
 Transformer load_transformer(GgufFile & f, const char * prefix, const char * net, bool has_context, LayerStyle style);
 
-// Per-layer K and V, each [head_dim, n_head_kv, n_ctx] F32.
+// One layer's cache tensors (F32): K [head_dim, n_head_kv, n_ctx] and V transposed,
+// [n_ctx, head_dim, n_head_kv], so that attention multiplies a view of the V window instead of
+// a transposed copy made every step (docs/architecture.md "KV cache").
+ggml_tensor * new_cache_k(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx);
+ggml_tensor * new_cache_v(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx);
+
+// Per-layer K and V (new_cache_k / new_cache_v).
 class KvCache {
 public:
     // (Re)allocate for n_ctx positions unless the current buffer already has exactly that shape.
