@@ -4,7 +4,7 @@ tests/native (the core without Python) against the aarch64 libggml-python wheel,
 qemu-user, and compares what it wrote with numpy (the op tests' own assertions, on every SIMD
 path: scalar and neon) and with this machine's qtts (the decoded waveform within 1e-4).
 
-Run before every change to csrc/ops (docs/architecture.md, "ARM"), from a checkout with qtts
+Run before every change to csrc/ops (docs/kernels.md, "ARM"), from a checkout with qtts
 built in place and the test dependencies installed:
 
     apt-get install g++-aarch64-linux-gnu qemu-user    # Debian/Ubuntu, once

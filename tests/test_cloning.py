@@ -32,7 +32,7 @@ def portable(gguf_dir: Path) -> qtts.Model:
     return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False, ops="portable")
 
 
-# The encoders' parity tests run on both paths (docs/architecture.md, "Portable graphs"); the
+# The encoders' parity tests run on both paths (docs/kernels.md, "Portable graphs"); the
 # end-to-end ones take the portable path in one case each, which covers all three networks.
 @pytest.fixture(scope="module", params=["native", "portable"])
 def model(request: pytest.FixtureRequest) -> qtts.Model:

@@ -13,7 +13,7 @@ HOP = 1920
 N_Q = 16
 
 
-# Every test of the decoder runs on both paths (docs/architecture.md, "Portable graphs").
+# Every test of the decoder runs on both paths (docs/kernels.md, "Portable graphs").
 @pytest.fixture(scope="module", params=["native", "portable"])
 def session(gguf_dir: Path, request: pytest.FixtureRequest):
     with Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2, request.param).session() as s:

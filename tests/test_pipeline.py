@@ -1,4 +1,4 @@
-"""Pipelined synthesis (docs/architecture.md, "Pipelined streaming"): the vocoder on a second
+"""Pipelined synthesis (docs/serving.md, "Pipelined streaming"): the vocoder on a second
 session in a worker thread gives the serial path's codes and samples bit for bit; the split is
 validated, chosen automatically, and a pipelined stream closes, cancels and fails cleanly."""
 from __future__ import annotations

@@ -39,7 +39,7 @@ void tile_scalar(const Gemm & g, int64_t o, int64_t w, int64_t mt) {
 #ifdef QTTS_X86
 // MT rows x NV*8 output lanes starting at lane o: MT*NV accumulators, each (k, c) step costs
 // NV weight loads, MT broadcasts and MT*NV FMAs: 6x16 keeps 12 accumulators and 2 weight
-// vectors in the 16 AVX2 registers (docs/architecture.md, "Custom CPU ops").
+// vectors in the 16 AVX2 registers (docs/kernels.md, "Custom CPU ops").
 template <int MT, int NV>
 QTTS_AVX2 void tile_avx2(const Gemm & g, int64_t o) {
     __m256 acc[MT][NV];

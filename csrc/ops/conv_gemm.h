@@ -1,4 +1,4 @@
-// Conv-GEMM, the custom CPU op behind every convolution and codec linear (docs/architecture.md,
+// Conv-GEMM, the custom CPU op behind every convolution and codec linear (docs/kernels.md,
 // "Custom CPU ops"): ggml's mul_mat computes one dot product per output, several times slower on
 // these shapes than a register-tiled GEMM over weights packed in panels.
 #pragma once

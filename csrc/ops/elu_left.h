@@ -1,4 +1,4 @@
-// ELU as a custom CPU op for the codec encoder (docs/architecture.md, "Custom CPU ops"): stock
+// ELU as a custom CPU op for the codec encoder (docs/kernels.md, "Custom CPU ops"): stock
 // ggml computes it with scalar expm1 and needs a concat for the carried context and a pad.
 #pragma once
 

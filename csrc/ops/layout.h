@@ -1,4 +1,4 @@
-// Layouts shared by the custom CPU ops and the code that feeds them (docs/architecture.md,
+// Layouts shared by the custom CPU ops and the code that feeds them (docs/kernels.md,
 // "Custom CPU ops"; docs/model.md, "Weights in GGUF").
 #pragma once
 

@@ -1,5 +1,5 @@
 // The aarch64 NEON kernels of the custom ops (ops/ops_neon.cpp), taken when simd_path() is neon
-// (docs/architecture.md, "Custom CPU ops", "ARM"). Each does the lanes that fill whole 4-lane
+// (docs/kernels.md, "Custom CPU ops", "ARM"). Each does the lanes that fill whole 4-lane
 // vectors and returns how many it did; its caller runs the rest through its scalar code, so the
 // code an element takes depends only on the path and its lane position, as on x86.
 #pragma once

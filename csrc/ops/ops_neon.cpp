@@ -1,6 +1,6 @@
 // The NEON kernels of the conv-GEMM, SnakeBeta and ELU (ops/neon.h). NEON is baseline on
 // aarch64, so they need no target attributes; the x86 kernels' structure and per-lane arithmetic
-// carry over with 4-lane vectors (docs/architecture.md, "Custom CPU ops", "ARM").
+// carry over with 4-lane vectors (docs/kernels.md, "Custom CPU ops", "ARM").
 #include "ops/neon.h"
 
 #ifdef QTTS_NEON

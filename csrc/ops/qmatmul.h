@@ -1,5 +1,5 @@
 // Quantized matmul, the custom CPU op behind matmul() for host weights stored as Q8_0, Q4_K or
-// Q6_K (docs/architecture.md, "Custom CPU ops", "Quantized matmul"): ggml's mul_mat reads the
+// Q6_K (docs/kernels.md, "Custom CPU ops", "Quantized matmul"): ggml's mul_mat reads the
 // weights once per activation column and its prebuilt dot products stay well below the memory
 // bandwidth; this op reads each weight block once for a whole tile of columns.
 #pragma once

@@ -3,7 +3,7 @@
 //
 // A tile is R weight rows x C activation columns, one float accumulator per (row, column) that
 // sees the same operations in the same order whatever R and C: the result for a column does
-// not depend on its neighbours (docs/architecture.md, "Quantized matmul").
+// not depend on its neighbours (docs/kernels.md, "Quantized matmul").
 #include "ops/qmatmul_impl.h"
 
 #ifdef QTTS_QMM_X86

@@ -1,4 +1,4 @@
-// SnakeBeta, the vocoder's activation, as a custom CPU op (docs/architecture.md, "Custom CPU
+// SnakeBeta, the vocoder's activation, as a custom CPU op (docs/kernels.md, "Custom CPU
 // ops"): ggml's sin is scalar libm; this one is a vectorized sin^2 that also writes the left
 // context the next causal conv reads.
 #pragma once

@@ -1,5 +1,5 @@
 // The portable counterparts of the custom CPU ops: the same functions built from stock ggml ops
-// only, which every ggml backend implements (docs/architecture.md, "Portable graphs"). They take
+// only, which every ggml backend implements (docs/kernels.md, "Portable graphs"). They take
 // conv weights in the portable layout that runtime/conv_weights.h makes at load from the panels.
 #pragma once
 

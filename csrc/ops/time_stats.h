@@ -1,4 +1,4 @@
-// Statistics over time as a custom CPU op for the speaker encoder (docs/architecture.md, "Custom
+// Statistics over time as a custom CPU op for the speaker encoder (docs/kernels.md, "Custom
 // CPU ops"): stock ggml needs transposed copies to reduce over time; this is one pass over rows.
 #pragma once
 

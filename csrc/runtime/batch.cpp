@@ -1,4 +1,4 @@
-// The batched frame loop (docs/architecture.md, "Batching"): per frame one talker step over the
+// The batched frame loop (docs/serving.md, "Batching"): per frame one talker step over the
 // slots that fed a frame ([D, B], attention per sequence over its own cache), cb0 sampling and
 // the stop checks per slot as Session::generate_next, then one code-predictor pass of 15 steps in
 // lockstep over the slots still going ([Dc, B], one cache lane each).

@@ -1,4 +1,4 @@
-// Continuous batching (docs/architecture.md, "Batching"): up to max_batch generations in slots,
+// Continuous batching (docs/serving.md, "Batching"): up to max_batch generations in slots,
 // stepped together a frame at a time, one talker step and one code-predictor pass for all of
 // them; each slot keeps its own KV cache, positions, settings, random stream and stop reason,
 // so that its codes are those of the single-sequence loop (Session::generate).

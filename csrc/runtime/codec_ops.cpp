@@ -64,7 +64,7 @@ ggml_tensor * CodecOps::conv(ggml_tensor * xp, ggml_tensor * panel, int64_t n, g
                              int64_t k, int64_t s) const {
     if (portable) return stock_conv(ctx, xp, portable->get(panel), n, b, res);
     if (s == 1) return conv_gemm(ctx, xp, panel, n, b, res);
-    // one tap over k*Cin channels of overlapping windows (docs/architecture.md, "Custom CPU ops")
+    // one tap over k*Cin channels of overlapping windows (docs/kernels.md, "Custom CPU ops")
     const int64_t cin = xp->ne[0];
     ggml_tensor * w1 = ggml_reshape_4d(ctx, panel, panel->ne[0], cin * k, 1, panel->ne[3]);
     return conv_gemm(ctx, overlapping_rows(ctx, xp, cin * k, n, s * xp->nb[1]), w1, n, b, res);

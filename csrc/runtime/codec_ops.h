@@ -1,5 +1,5 @@
 // The two ways the audio networks (vocoder, codec encoder, speaker encoder) run
-// (docs/architecture.md, "Portable graphs"): "native", the custom CPU ops of csrc/ops over the
+// (docs/kernels.md, "Portable graphs"): "native", the custom CPU ops of csrc/ops over the
 // panel-packed weights in host memory, and "portable", the same graphs made of stock ggml ops
 // (ops/stock.h) over weights repacked once at load and placed on the model's device. A net's
 // graph builder calls CodecOps for each of those ops and stays one builder for both paths.

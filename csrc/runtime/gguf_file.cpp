@@ -31,7 +31,7 @@ class MappedFile {
 public:
     explicit MappedFile(const std::string & path) {
 #if defined(_WIN32)
-        // written for Windows, not built there yet (docs/architecture.md, "Builds")
+        // written for Windows, not built there yet (docs/kernels.md, "Builds")
         const std::wstring wide = std::filesystem::u8path(path).wstring();
         HANDLE file = CreateFileW(wide.c_str(), GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING,
                                   FILE_ATTRIBUTE_NORMAL, nullptr);

@@ -1,5 +1,5 @@
 // The machine's stream (read) bandwidth, for the speed benchmark's "fraction of the bandwidth"
-// figures (docs/architecture.md, "Pipelined streaming").
+// figures (docs/serving.md, "Pipelined streaming").
 #pragma once
 
 #include <cstddef>

@@ -38,7 +38,7 @@ public:
     const Model & model() const { return *model_; }
     int n_threads() const { return n_threads_; }
     // Threads the next graphs run on, at most n_threads (the pool's size): a pipelined stream
-    // generates on fewer while a second session vocodes (docs/architecture.md, "Pipelined
+    // generates on fewer while a second session vocodes (docs/serving.md, "Pipelined
     // streaming"). Results do not depend on it.
     int threads() const { return threads_; }
     void set_threads(int n);

@@ -81,7 +81,7 @@ private:
 // the first n_kv positions (n_past + n, or more when the caller pads and masks them).
 // lanes > 1: the graph's positions are `lanes` sequences of n / lanes positions each, stepped in
 // lockstep, and the cache holds one sequence every lane_stride positions (the code predictor's
-// batched pass, docs/architecture.md "Batching").
+// batched pass, docs/serving.md "Batching").
 struct KvWindow {
     const std::vector<ggml_tensor *> * k = nullptr, * v = nullptr;
     int64_t n_past = 0, n_kv = 0;

@@ -3,7 +3,7 @@
 The installed extension finds libggml through its RPATH (Linux, macOS). Builds loaded from
 elsewhere (editable rebuilds, copied build trees) need the libraries preloaded from the installed
 libggml-python package. Windows has no RPATH and does not search PATH for a module's DLLs: the
-package's DLL folders are added to the search path before the import (docs/architecture.md, "Builds").
+package's DLL folders are added to the search path before the import (docs/kernels.md, "Builds").
 """
 from __future__ import annotations
 

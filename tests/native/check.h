@@ -1,6 +1,6 @@
 // qtts_native_check: the custom ops and a tiny-model decode run natively, without Python, on
 // inputs a host script wrote (scripts/check_arm.py cross-compiles it for aarch64 and runs it
-// under emulation; docs/architecture.md, "ARM").
+// under emulation; docs/kernels.md, "ARM").
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@ single process, each --jobs worker and each Ray actor).
 
 Pending items go to a Scheduler, up to `max_batch` stepped together and as many queued behind
 them so that a slot never waits for the caller; each item's audio is what Model.synthesize gives
-for the same arguments and seed (docs/architecture.md, "Batching"). A reference clip is encoded
+for the same arguments and seed (docs/serving.md, "Batching"). A reference clip is encoded
 once per distinct (clip, transcript, mode) through the model's voice cache, and a voice file is
 read once. A bad item (an unknown speaker, an unreadable clip, an engine error) is that item's
 error; the others go on."""

@@ -1,5 +1,5 @@
 """`qtts-cli bench ops`: the audio networks on their two paths, native custom CPU ops against
-portable stock ggml ops (docs/architecture.md, "Portable graphs"), in one process on the CPU.
+portable stock ggml ops (docs/kernels.md, "Portable graphs"), in one process on the CPU.
 
 Both models load the same random-weight GGUF (bench.prepare); each case alternates the paths
 repetition by repetition, so that load from other processes hits both alike, and keeps each

@@ -1,7 +1,7 @@
 """`qtts-cli bench speed`: streaming speed per weight type, serial and pipelined, each in a fresh
 process, with the figures that say how far each stage is from the machine's limits: the stream
 bandwidth (1 and N threads) against the bytes a generated frame reads, and the vocoder's
-GFLOP/s against a nominal FMA peak (docs/architecture.md, "Pipelined streaming")."""
+GFLOP/s against a nominal FMA peak (docs/serving.md, "Pipelined streaming")."""
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,5 @@
 """`qtts-cli serve`: the OpenAI-compatible speech server (qtts.server) over one model, with
-uvicorn; needs the `qtts[server]` extra (docs/architecture.md, "Server")."""
+uvicorn; needs the `qtts[server]` extra (docs/serving.md, "Server")."""
 from __future__ import annotations
 
 import argparse

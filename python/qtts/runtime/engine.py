@@ -209,7 +209,7 @@ class Engine:
 
     def _vocoder_session(self, n_threads: int) -> Any:
         """The second session, with a pool of `n_threads` threads, that pipelined streams vocode on
-        while this one generates (docs/architecture.md, "Pipelined streaming"); made on first use.
+        while this one generates (docs/serving.md, "Pipelined streaming"); made on first use.
         Called under the lock."""
         if self._vocoder is None or self._vocoder.n_threads != n_threads:
             self._vocoder = None  # its buffers go before the new session's are made
@@ -236,7 +236,7 @@ class Engine:
             self._session.cancel()
 
     def batch(self, max_batch: int) -> Batch:
-        """Slots for up to max_batch generations stepped together (docs/architecture.md,
+        """Slots for up to max_batch generations stepped together (docs/serving.md,
         "Batching"); driven through SessionHandle.batch_*."""
         if self._session is None:
             raise RuntimeError("this engine was opened for its metadata only (Engine.metadata)")

@@ -72,7 +72,7 @@ class Model(QwenTTSCompat):
         "portable" (stock ggml ops, on any device) or "auto" (native on the CPU, portable elsewhere).
         vocoder_threads: pipelined synthesis, the vocoder on this many of the n_threads while the
         generation runs on the rest (0: serial; None: chosen from the first requests' timings;
-        the samples are the same either way, docs/architecture.md "Pipelined streaming")."""
+        the samples are the same either way, docs/serving.md "Pipelined streaming")."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         if not isinstance(device, str):
@@ -260,7 +260,7 @@ class Model(QwenTTSCompat):
 
     def synthesize_batch(self, texts: list[str], *, max_batch: int = 8, **kwargs: Any) -> list[Audio]:
         """synthesize() for several texts at once, stepped together (continuous batching, docs/
-        architecture.md "Batching"): the same audio per item as synthesize() with the same
+        serving.md "Batching"): the same audio per item as synthesize() with the same
         arguments and seed. kwargs are synthesize's (progress excepted); a keyword given as a list
         with one entry per text is per item (seed=[1, 2, 3], speaker=[...]), anything else is
         shared by all."""

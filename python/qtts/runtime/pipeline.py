@@ -1,5 +1,5 @@
 """Pipelined streaming: the vocoder on a second session in a worker thread while the generation
-goes on, and the automatic split of a Model's threads between them (docs/architecture.md,
+goes on, and the automatic split of a Model's threads between them (docs/serving.md,
 "Pipelined streaming")."""
 from __future__ import annotations
 

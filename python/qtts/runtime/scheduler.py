@@ -1,4 +1,4 @@
-"""Continuous batching for many requests at once (docs/architecture.md, "Batching").
+"""Continuous batching for many requests at once (docs/serving.md, "Batching").
 
 A Scheduler owns a worker thread and an engine Batch of `max_batch` slots. Per iteration the
 worker admits queued requests into free slots (prompt, prefill), steps every running request

@@ -213,7 +213,7 @@ def stream(model: Model, s: SessionHandle, req: Request, *, first_chunk_frames: 
            timings: Timings | None = None, vocoder_threads: int = 0) -> Iterator[AudioChunk]:
     """Chunks as they are produced; closing the iterator stops the generation. With
     vocoder_threads, each chunk is vocoded on the second session while the next is generated
-    (docs/architecture.md, "Pipelined streaming"); the samples are the same."""
+    (docs/serving.md, "Pipelined streaming"); the samples are the same."""
     if not 1 <= first_chunk_frames <= max_chunk_frames:
         raise ValueError("need 1 <= first_chunk_frames <= max_chunk_frames")
     t_start = time.perf_counter()

@@ -2,7 +2,7 @@
 
 `create_app(model, scheduler, ...)` builds the ASGI app (app.py); schemas.py holds the request
 and response bodies, formats.py the audio encoders, voices.py the saved-voice store, metrics.py
-the Prometheus metrics and errors.py the OpenAI-style error bodies (docs/architecture.md, "Server").
+the Prometheus metrics and errors.py the OpenAI-style error bodies (docs/serving.md, "Server").
 """
 from __future__ import annotations
 

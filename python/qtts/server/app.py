@@ -1,5 +1,5 @@
 """The ASGI app: routes, the API key check, request metrics and the scheduler's shutdown
-(docs/architecture.md, "Server")."""
+(docs/serving.md, "Server")."""
 from __future__ import annotations
 
 import hmac

@@ -1,7 +1,7 @@
 """OpenAI-style error responses: {"error": {"message", "type", "param", "code"}}.
 
 Every failure a client can cause ends here as a 4xx naming the field; QueueFull and
-SchedulerClosed become 429 and 503 (docs/architecture.md, "Server")."""
+SchedulerClosed become 429 and 503 (docs/serving.md, "Server")."""
 from __future__ import annotations
 
 import re

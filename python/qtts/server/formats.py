@@ -3,7 +3,7 @@
 pcm (s16le, 24 kHz mono) and wav stream as frames are generated (wav with a streaming header
 whose sizes are 0xFFFFFFFF, as OpenAI sends it); flac, mp3 and opus (in Ogg) are written by
 libsndfile through soundfile, aac (ADTS) by PyAV, each as one complete file
-(docs/architecture.md, "Server")."""
+(docs/serving.md, "Server")."""
 from __future__ import annotations
 
 import io

@@ -1,5 +1,5 @@
 """Request bodies with OpenAI's field names, plus qwen-tts's through `extra_body`
-(docs/architecture.md, "Server"). Types and ranges the API itself fixes are checked here; the
+(docs/serving.md, "Server"). Types and ranges the API itself fixes are checked here; the
 generation settings are checked by GenerationConfig and the model, as for every other caller."""
 from __future__ import annotations
 

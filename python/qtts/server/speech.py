@@ -1,6 +1,6 @@
 """POST /v1/audio/speech: a request becomes a scheduler job, whose chunks go out as one file, as
 bytes while they are generated (stream_format "audio") or as server-sent events ("sse").
-A client that goes away cancels its job (docs/architecture.md, "Server")."""
+A client that goes away cancels its job (docs/serving.md, "Server")."""
 from __future__ import annotations
 
 import asyncio
