@@ -67,11 +67,14 @@ void bind_model(py::module_ & m) {
         .value("native", OpsChoice::native)
         .value("portable", OpsChoice::portable);
     py::class_<Model, std::shared_ptr<Model>>(m, "Model")
-        .def(py::init([](const std::string & path, const std::string & device, OpsChoice ops) {
+        .def(py::init([](const std::string & path, const std::string & device, OpsChoice ops, bool huge_pages) {
                  py::gil_scoped_release release;
-                 return std::make_shared<Model>(path, device, ops);
+                 return std::make_shared<Model>(path, device, ops, huge_pages);
              }),
-             py::arg("path"), py::arg("device") = "auto", py::arg("ops") = OpsChoice::automatic)
+             py::arg("path"), py::arg("device") = "auto", py::arg("ops") = OpsChoice::automatic,
+             py::arg("huge_pages") = true)
+        .def_readonly("huge_page_bytes", &Model::huge_page_bytes,
+                      "Bytes of weights read into transparent huge pages (0: all mapped from the file).")
         .def_property_readonly("ops", [](const Model & model) {
             return std::string(model.ops == OpsPath::portable ? "portable" : "native");
         })

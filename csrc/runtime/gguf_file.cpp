@@ -2,13 +2,16 @@
 
 #include "ggml-alloc.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "runtime/error.h"
+#include "runtime/host_memory.h"
 #include "ggml-alloc.h"
 #include "ggml-cpu.h"
 
@@ -341,7 +344,8 @@ void GgufFile::check_complete() const {
 }
 
 std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
-                                                   const std::function<bool(const char *)> & keep_on_host) {
+                                                   const std::function<bool(const char *)> & keep_on_host,
+                                                   const std::set<std::string> & huge_pages) {
     GgmlErrorCapture log;  // a buffer the device refuses is an engine failure, with ggml's reasons
     const size_t data_offset = gguf_get_data_offset(gguf_);
     std::vector<ggml_backend_buffer_t> bufs;
@@ -366,8 +370,10 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
         if (!mapped) engine_fail(log, "%s: the device could not map the weights", path_.c_str());
         ggml_backend_buffer_set_usage(mapped, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         bufs.push_back(mapped);
+        // on another device the streamed weights are the device's
+        if (host && !huge_pages.empty() && huge_pages_available()) bufs.push_back(read_into_huge_pages(cpu, huge_pages));
         for (int64_t i = 0; i < n; ++i) {
-            if (!on_host(gguf_get_tensor_name(gguf_, i))) continue;
+            if (!on_host(gguf_get_tensor_name(gguf_, i)) || huge_pages_holds(gguf_get_tensor_name(gguf_, i))) continue;
             ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
             if (ggml_backend_tensor_alloc(mapped, t, base + gguf_get_tensor_offset(gguf_, i)) != GGML_STATUS_SUCCESS) {
                 engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), t->name);
@@ -416,6 +422,50 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
     }
     std::fclose(f);
     return bufs;
+}
+
+bool GgufFile::huge_pages_holds(const char * name) const {
+    const ggml_tensor * t = ggml_get_tensor(meta_, name);
+    return huge_ && t && t->data && t->data >= static_cast<const void *>(huge_->data()) &&
+           t->data < static_cast<const void *>(huge_->data() + huge_->size());
+}
+
+size_t GgufFile::huge_page_bytes() const { return huge_ ? huge_->size() : 0; }
+
+ggml_backend_buffer_t GgufFile::read_into_huge_pages(ggml_backend_dev_t cpu, const std::set<std::string> & names) {
+    GgmlErrorCapture log;
+    constexpr size_t kAlign = 64;
+    size_t bytes = 0, max_tensor = 0;
+    for (const std::string & name : names) {
+        const ggml_tensor * t = ggml_get_tensor(meta_, name.c_str());
+        if (!t) fail("%s: no tensor '%s' to read into huge pages", path_.c_str(), name.c_str());
+        bytes += GGML_PAD(ggml_nbytes(t), kAlign);
+        max_tensor = std::max(max_tensor, ggml_nbytes(t));
+    }
+    huge_ = std::make_unique<HugePageBuffer>(bytes);
+    ggml_backend_buffer_t buf = ggml_backend_dev_buffer_from_host_ptr(cpu, huge_->data(), bytes, max_tensor);
+    if (!buf) engine_fail(log, "%s: the CPU device could not take the huge-page weight buffer", path_.c_str());
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    // read from the file, not copied through the mapping: the copy is the only resident one
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) fail("%s: cannot open: %s", path_.c_str(), std::strerror(errno));
+    const size_t data_offset = gguf_get_data_offset(gguf_);
+    uint8_t * at = huge_->data();
+    for (const std::string & name : names) {
+        ggml_tensor * t = ggml_get_tensor(meta_, name.c_str());
+        const int64_t id = gguf_find_tensor(gguf_, name.c_str());
+        if (ggml_backend_tensor_alloc(buf, t, at) != GGML_STATUS_SUCCESS) {
+            ggml_backend_buffer_free(buf);
+            engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), t->name);
+        }
+        in.seekg(static_cast<std::streamoff>(data_offset + gguf_get_tensor_offset(gguf_, id)));
+        if (!in.read(reinterpret_cast<char *>(at), static_cast<std::streamsize>(ggml_nbytes(t)))) {
+            ggml_backend_buffer_free(buf);
+            fail("%s: short read of tensor '%s'", path_.c_str(), t->name);
+        }
+        at += GGML_PAD(ggml_nbytes(t), kAlign);
+    }
+    return buf;
 }
 
 }  // namespace qtts

@@ -24,6 +24,7 @@ enum class WeightKind {
 };
 
 class MappedFile;
+class HugePageBuffer;
 
 class GgufFile {
 public:
@@ -60,15 +61,22 @@ public:
     void check_complete() const;
 
     // Allocate all requested weights on `dev` (mmap on host devices) and fill them; on another
-    // device, tensors for which `keep_on_host(name)` holds stay in host memory.
+    // device, tensors for which `keep_on_host(name)` holds stay in host memory. On the CPU device
+    // the tensors named in `huge_pages` are read into one buffer of transparent huge pages instead
+    // of being mapped, where the OS has them (runtime/host_memory.h).
     // Returns the buffers, which own the weights' memory.
     std::vector<ggml_backend_buffer_t> place(ggml_backend_dev_t dev,
-                                             const std::function<bool(const char *)> & keep_on_host);
+                                             const std::function<bool(const char *)> & keep_on_host,
+                                             const std::set<std::string> & huge_pages = {});
+    // Bytes of weights place() read into huge pages.
+    size_t huge_page_bytes() const;
 
     ggml_context * meta() const { return meta_; }
 
 private:
     int64_t key_id(const char * key, enum gguf_type want) const;
+    ggml_backend_buffer_t read_into_huge_pages(ggml_backend_dev_t cpu, const std::set<std::string> & names);
+    bool huge_pages_holds(const char * name) const;
     void check_strings() const;
 
     std::string path_;
@@ -77,6 +85,7 @@ private:
     ggml_context * meta_ = nullptr;
     std::set<std::string> requested_;
     std::unique_ptr<MappedFile> map_;
+    std::unique_ptr<HugePageBuffer> huge_;
 };
 
 std::string shape_str(const int64_t * ne, int n);

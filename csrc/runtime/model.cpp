@@ -50,7 +50,30 @@ ggml_backend_dev_t select_device(const std::string & device) {
     fail("unknown device '%s'; available: auto, cpu, %s", device.c_str(), names.c_str());
 }
 
-Model::Model(const std::string & path_, const std::string & device_name, OpsChoice choice) : path(path_) {
+namespace {
+
+// The matrices a generated frame reads whole: every layer's projections, the talker's codec head,
+// the code predictor's heads and input projection.
+std::set<std::string> streamed_weights(const Talker & t, const CodePredictor & c) {
+    std::set<std::string> out;
+    auto add = [&](const ggml_tensor * w) {
+        if (w) out.insert(w->name);
+    };
+    for (const Transformer * tfm : {&t.tfm, &c.tfm}) {
+        for (const TransformerLayer & l : tfm->layers) {
+            for (const ggml_tensor * w : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) add(w);
+        }
+    }
+    add(t.codec_head);
+    add(c.mtp_proj);
+    for (const ggml_tensor * w : c.lm_head) add(w);
+    return out;
+}
+
+}  // namespace
+
+Model::Model(const std::string & path_, const std::string & device_name, OpsChoice choice, bool huge_pages)
+    : path(path_) {
     file_ = std::make_unique<GgufFile>(path);
     GgufFile & f = *file_;
     file_size = f.file_size();
@@ -92,15 +115,21 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     // weights stay in host memory and their graphs on the CPU backend. Portable: everything goes
     // to the device but the panels, which are only read here, to make their portable copies.
     const std::vector<std::string> audio = {"codec_dec.", "codec_enc.", "spk_enc."};
+    const std::set<std::string> streamed =
+        huge_pages && on_cpu ? streamed_weights(talker, code_predictor) : std::set<std::string>{};
     buffers_ = f.place(device, [&](const char * name) {
         if (ops == OpsPath::portable) return panels.count(name) > 0;
         for (const std::string & p : audio) {
             if (std::string(name).rfind(p, 0) == 0) return true;
         }
         return false;
-    });
+    }, streamed);
+    huge_page_bytes = f.huge_page_bytes();
     if (ops == OpsPath::portable) conv_weights.build(convs, device);
     for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);
+    if (huge_page_bytes > 0) {  // the file mapping spans them too, unread
+        for (const std::string & name : streamed) weight_bytes -= ggml_nbytes(ggml_get_tensor(f.meta(), name.c_str()));
+    }
     weight_bytes += conv_weights.bytes();
     const std::string dev = ggml_backend_dev_name(device);
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);

@@ -42,7 +42,11 @@ enum class OpsChoice { automatic, native, portable };
 class Model {
 public:
     // device: "auto" (a GPU when libggml offers one, else the CPU), "cpu", or a device name.
-    Model(const std::string & path, const std::string & device, OpsChoice ops = OpsChoice::automatic);
+    // huge_pages: on the CPU, read the weights every frame streams (the talker's and the code
+    // predictor's matrices) into transparent huge pages where the OS has them, instead of mapping
+    // them from the file (runtime/host_memory.h).
+    Model(const std::string & path, const std::string & device, OpsChoice ops = OpsChoice::automatic,
+          bool huge_pages = true);
     ~Model();
     Model(const Model &) = delete;
     Model & operator=(const Model &) = delete;
@@ -69,7 +73,8 @@ public:
     // component -> "<device name>/<path>", so a silently misplaced network shows up; the talker
     // and code predictor are stock ggml ops only ("portable").
     std::map<std::string, std::string> component_devices;
-    size_t weight_bytes = 0;  // all weight buffers, conv_weights included
+    size_t weight_bytes = 0;     // all weight buffers, conv_weights included
+    size_t huge_page_bytes = 0;  // of which read into huge pages
 
     // The loaded weights whose names start with `prefix`, in file order.
     std::vector<const ggml_tensor *> tensors(const std::string & prefix) const;

@@ -29,11 +29,13 @@ class ModelSpec:
     n_threads: int | None = None
     device: str = "auto"
     ops: str = "auto"
+    huge_pages: bool = True
 
     def load(self) -> Model:
         from ..runtime.model import load
 
-        return load(self.model, n_threads=self.n_threads, device=self.device, ops=self.ops)
+        return load(self.model, n_threads=self.n_threads, device=self.device, ops=self.ops,
+                    huge_pages=self.huge_pages)
 
 
 def split_threads(total: int | None, workers: int) -> int:

@@ -59,7 +59,7 @@ class RayRunner:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         kwargs = dict(model=self.spec.model, n_threads=self.threads, ops=self.spec.ops, device=self.spec.device,
-                      max_batch=self.max_batch)
+                      max_batch=self.max_batch, huge_pages=self.spec.huge_pages)
         blocks = min(len(items), max(self.jobs, -(-len(items) // self.max_batch)))  # a block per batch
         ds = ray.data.from_items([item.row() for item in items], override_num_blocks=blocks)
         ds = ds.map_batches(Synthesizer, fn_constructor_kwargs=kwargs,

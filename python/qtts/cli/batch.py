@@ -75,7 +75,7 @@ def _runner(args: argparse.Namespace) -> Any:
         from ..runtime.engine import Engine
 
         Engine.metadata(path)
-    spec = ModelSpec(path, args.threads, args.device, args.ops)
+    spec = ModelSpec(path, args.threads, args.device, args.ops, not args.no_huge_pages)
     if args.ray:
         from ..bulk.rayrun import RayRunner
 
@@ -111,6 +111,8 @@ def add_parser(sub: Any) -> None:
     w.add_argument("-t", "--threads", type=threads_arg, help="CPU threads in all (default: the physical cores)")
     w.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
     w.add_argument("--ops", default="auto", choices=OPS, help="the audio networks' ops (default: auto)")
+    w.add_argument("--no-huge-pages", action="store_true", help="keep the streamed weights mapped from the file, "
+                   "shared by --jobs workers, instead of a huge-page copy in each (slower generation)")
     v = s.add_argument_group("defaults for the items (a manifest field overrides them)")
     v.add_argument("--speaker", type=utf8, help="speaker name (custom_voice models)")
     v.add_argument("--language", type=utf8, help="language (default: auto)")

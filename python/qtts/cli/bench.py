@@ -299,6 +299,8 @@ def add_parser(sub: Any) -> None:
             p.add_argument("--vocoder-threads", type=vocoder_threads_arg, default=None, metavar="N|auto",
                            help="the pipelined run's vocoder threads (0: serial only; default auto: the split "
                                 "the serial run's stage times suggest)")
+            p.add_argument("--no-huge-pages", action="store_true",
+                           help="keep the streamed weights mapped from the file (the model's huge_pages=False)")
         p.set_defaults(func=run)
     bench_matmul.add_parser(bs, run)
     bench_ops.add_parser(bs, TYPES)
@@ -333,7 +335,8 @@ def _main(argv: list[str]) -> None:
     if kind == "speed":
         from .bench_speed import speed_worker
 
-        r = speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]), args[4], int(args[5]), args[6:7] == ["1"])
+        r = speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]), args[4], int(args[5]), args[6] == "1",
+                         args[7] == "1")
     elif kind == "reference":
         r = reference_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
     elif kind == "quality":

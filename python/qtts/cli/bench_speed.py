@@ -116,7 +116,7 @@ def _timed_matmul(a: Any) -> float:
 
 
 def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = "native",
-                 vocoder_threads: int = 0, profile: bool = False) -> dict[str, Any]:
+                 vocoder_threads: int = 0, profile: bool = False, huge_pages: bool = True) -> dict[str, Any]:
     import qtts
     from ..runtime.audio import peak_rss_mb
     from ..runtime.cloning import create_voice
@@ -126,9 +126,10 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
 
     set_matmul_path(matmul)
     t0 = time.perf_counter()
-    m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False, vocoder_threads=vocoder_threads)
+    m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False, vocoder_threads=vocoder_threads,
+                   huge_pages=huge_pages)
     load_s = time.perf_counter() - t0
-    r: dict[str, Any] = {"load_s": load_s}
+    r: dict[str, Any] = {"load_s": load_s, "huge_page_mb": m.engine.huge_page_bytes / 1e6}
     if m.variant == "base":
         create_voice(m, _clip(2.0), None, True, None)  # warm-up: page in the encoders
         voice, ct = create_voice(m, _clip(30.0), None, True, None)
@@ -183,13 +184,14 @@ def run_speed(a: argparse.Namespace) -> dict[str, Any]:
     for qtype in a.types:
         gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
         args = [gguf, str(a.threads), str(a.frames), str(a.seed), a.matmul]
-        serial = _worker("speed", *args, "0", str(int(a.profile)))
+        pages = str(int(not a.no_huge_pages))
+        serial = _worker("speed", *args, "0", str(int(a.profile)), pages)
         _analysis(serial, bandwidth, peak, a.threads)
         v = a.vocoder_threads
         if v is None and a.threads > 1:
             v = candidate_split(a.threads, serial["generation_ms_per_frame"], serial["vocoder_ms_per_frame"])
         if v:
-            piped = _worker("speed", *args, str(v))
+            piped = _worker("speed", *args, str(v), "0", pages)
             _analysis(piped, bandwidth, peak, a.threads)
             serial["pipelined"] = piped
         serial["split_chosen"] = v if v and serial["pipelined"]["rtf"] < serial["rtf"] else 0
@@ -206,7 +208,7 @@ def run_speed(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_speed(r: dict[str, Any]) -> str:
-    keys = [("load_s", "load s", 2), ("prefill_ms", "prefill ms", 0), ("talker_ms_per_frame", "talker ms/f", 1),
+    keys = [("load_s", "load s", 2), ("huge_page_mb", "huge-page MB", 0), ("prefill_ms", "prefill ms", 0), ("talker_ms_per_frame", "talker ms/f", 1),
             ("predictor_ms_per_frame", "predictor ms/f", 1), ("generation_ms_per_frame", "generation ms/f", 1),
             ("vocoder_ms_per_frame", "vocoder ms/f", 1), ("time_to_first_audio_ms", "first audio ms", 0),
             ("rtf", "RTF", 2), ("speaker_encode_30s_ms", "spk enc 30 s ms", 0), ("peak_rss_mb", "peak RSS MB", 0)]

@@ -51,6 +51,7 @@ def add_parser(sub: Any) -> None:
                         "(default: 30)")
     p.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     p.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
+    p.add_argument("--no-huge-pages", action="store_true", help="keep the streamed weights mapped from the file (shared with other processes) instead of reading them into huge pages")
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     p.set_defaults(func=run)
 
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and args.api_key is None:
         print(f"qtts-cli serve: warning: listening on {args.host} without --api-key: anyone who can reach "
               "this address can use the server", file=sys.stderr)
-    model = load_model(args, n_threads=args.threads, device=args.device)
+    model = load_model(args, n_threads=args.threads, device=args.device, huge_pages=not args.no_huge_pages)
     scheduler = Scheduler(model, max_batch=args.max_batch, max_queue=args.max_queue)
     app = create_app(model, scheduler, model_id=_model_id(model, args), api_key=args.api_key,
                      voices_dir=args.voices)

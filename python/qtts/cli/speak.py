@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
     model = load_model(args, n_threads=args.threads, device=args.device, ops=args.ops,
-                       vocoder_threads=args.vocoder_threads)
+                       vocoder_threads=args.vocoder_threads, huge_pages=not args.no_huge_pages)
     if args.ref_audio is not None:
         voice, clone = clone_voice(model, args)
     elif voice is None and model.variant == "base":
@@ -283,6 +283,7 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--ops", default="auto", choices=OPS,
                    help="the audio networks' ops: native CPU kernels or portable stock ggml ops (default: auto, "
                         "native on the CPU)")
+    r.add_argument("--no-huge-pages", action="store_true", help="keep the streamed weights mapped from the file (shared with other processes) instead of reading them into huge pages")
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",
                    help="print a JSON report on stdout (on stderr when the audio goes to stdout)")

@@ -88,8 +88,9 @@ class Engine:
     """The native model, its compute session and their lock. Metadata reads take no lock (the
     model is immutable once loaded); computation goes through `session()`."""
 
-    def __init__(self, path: str, device: str = "auto", n_threads: int = 1, ops: str = "auto") -> None:
-        self._model = core.Model(path, device, core.Ops.__members__[ops])
+    def __init__(self, path: str, device: str = "auto", n_threads: int = 1, ops: str = "auto",
+                 huge_pages: bool = True) -> None:
+        self._model = core.Model(path, device, core.Ops.__members__[ops], huge_pages)
         self._session = core.Session(self._model, n_threads)
         self._vocoder: Any = None  # the pipelined streams' second session (SessionHandle.vocoder)
         self._lock = _EngineLock()
@@ -129,6 +130,10 @@ class Engine:
     @property
     def ops(self) -> str:
         return str(self._model.ops)
+
+    @property
+    def huge_page_bytes(self) -> int:
+        return int(self._model.huge_page_bytes)
 
     @property
     def portable_weight_bytes(self) -> int:
