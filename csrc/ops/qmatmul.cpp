@@ -67,6 +67,21 @@ size_t column_bytes(Format f, Kernel k, int64_t K) {
     return round_line(K + 36 * (K / 256));
 }
 
+// One block's rounding (quantize_block) and, when sums16 is given, its sums of 16 values: with
+// AVX-512 next to the VNNI kernels, which every thread runs once per matmul call.
+float quantize_sums(Kernel k, const float * x, int n, int8_t * q, int32_t * sums16) {
+#ifdef QTTS_QMM_X86
+    if (k == Kernel::vnni) return quantize_block_avx512(x, n, q, sums16);
+#else
+    (void)k;
+#endif
+    const float d = quantize_block(x, n, q);
+    if (sums16) {
+        for (int s = 0; s < n / 16; ++s) sums16[s] = block_sum(q + 16 * s, 16);
+    }
+    return d;
+}
+
 void quantize_column(Format f, Kernel k, const float * x, int64_t K, uint8_t * out) {
     if (f == Format::q8_0) {
         const int64_t nb = K / 32;
@@ -76,27 +91,34 @@ void quantize_column(Format f, Kernel k, const float * x, int64_t K, uint8_t * o
                 uint8_t * group = out + 640 * (j / 16);
                 const int64_t b = j % 16;
                 int8_t q[32];
-                const float d = quantize_block(x + 32 * j, 32, q);
+                int32_t s16[2];
+                const float d = quantize_sums(k, x + 32 * j, 32, q, s16);
                 for (int g = 0; g < 8; ++g) std::memcpy(group + 64 * g + 4 * b, q + 4 * g, 4);
-                reinterpret_cast<int32_t *>(group + 512)[b] = -128 * block_sum(q, 32);
+                reinterpret_cast<int32_t *>(group + 512)[b] = -128 * (s16[0] + s16[1]);
                 reinterpret_cast<float *>(group + 576)[b] = d;
             }
             return;
         }
         auto * d = reinterpret_cast<float *>(out + K);
-        for (int64_t j = 0; j < nb; ++j) d[j] = quantize_block(x + 32 * j, 32, reinterpret_cast<int8_t *>(out + 32 * j));
+        for (int64_t j = 0; j < nb; ++j) {
+            d[j] = quantize_sums(k, x + 32 * j, 32, reinterpret_cast<int8_t *>(out + 32 * j), nullptr);
+        }
         return;
     }
     const int64_t nb = K / 256;
     auto * d = reinterpret_cast<float *>(out + K);
     auto * sums = reinterpret_cast<int16_t *>(out + K + 4 * nb);
     int8_t q[256];
+    int32_t s16[16];
     static constexpr int kOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
     const bool permute = f == Format::q4_k && k == Kernel::vnni;
     for (int64_t j = 0; j < nb; ++j) {
-        d[j] = quantize_block(x + 256 * j, 256, q);
-        const int sub = f == Format::q4_k ? 32 : 16;
-        for (int s = 0; s < 16; ++s) sums[16 * j + s] = s * sub < 256 ? static_cast<int16_t>(block_sum(q + s * sub, sub)) : 0;
+        d[j] = quantize_sums(k, x + 256 * j, 256, q, s16);
+        // per 32 values for Q4_K (8 used), per 16 for Q6_K
+        for (int s = 0; s < 16; ++s) {
+            const int v = f == Format::q4_k ? (s < 8 ? s16[2 * s] + s16[2 * s + 1] : 0) : s16[s];
+            sums[16 * j + s] = static_cast<int16_t>(v);
+        }
         int8_t * dst = reinterpret_cast<int8_t *>(out + 256 * j);
         for (int s = 0; s < 8; ++s) std::memcpy(dst + 32 * s, q + 32 * (permute ? kOrder[s] : s), 32);
     }

@@ -63,6 +63,9 @@ void q8_0_avx2(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q8_0_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q4_k_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q6_k_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
+// quantize_column's block rounding (n = 32 or 256 values) with AVX-512, the same operations lane
+// by lane as the plain C++ (bit-identical); sums16, when given, gets the n / 16 sums of 16 values.
+float quantize_block_avx512(const float * x, int n, int8_t * q, int32_t * sums16);
 #endif
 #if defined(__aarch64__) || defined(_M_ARM64)
 #define QTTS_QMM_ARM 1

@@ -334,6 +334,22 @@ template <int R, int C> struct Q6kVnni {
 
 }  // namespace
 
+QTTS_QMM_VNNI float quantize_block_avx512(const float * x, int n, int8_t * q, int32_t * sums16) {
+    __m512 amax = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    const float d = _mm512_reduce_max_ps(amax) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id), round = _mm512_set1_ps(12582912.0f);
+    const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+    for (int i = 0; i < n; i += 16) {
+        // (x * id + 1.5 * 2^23) - 1.5 * 2^23 as in quantize_block: no fused multiply-add
+        const __m512 v = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vid), round), round);
+        const __m512i iv = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, lo), hi));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(q + i), _mm512_cvtsepi32_epi8(iv));
+        if (sums16) sums16[i / 16] = _mm512_reduce_add_epi32(iv);
+    }
+    return d;
+}
+
 void q8_0_avx2(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<2, 2, Q8Avx2>(t, n0, n1, m0, m1); }
 void q8_0_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 8, Q8Vnni>(t, n0, n1, m0, m1); }
 void q4_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q4kVnni>(t, n0, n1, m0, m1); }
