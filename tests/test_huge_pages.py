@@ -64,6 +64,12 @@ def test_huge_pages_give_the_mapped_weights_results(gguf_dir: Path, name: str, k
         np.testing.assert_array_equal(a.samples, b.samples)
 
 
+def test_metadata_reads_no_weights_into_huge_pages(gguf_dir: Path) -> None:
+    from qtts.runtime.engine import Engine
+
+    assert Engine.metadata(str(gguf_dir / "tiny_base-q8_0.gguf")).huge_page_bytes == 0
+
+
 def test_huge_pages_must_be_a_bool(gguf_dir: Path) -> None:
     with pytest.raises(TypeError, match="huge_pages must be a bool, got str"):
         qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", voice_cache=False, huge_pages="yes")

@@ -98,9 +98,10 @@ class Engine:
 
     @classmethod
     def metadata(cls, path: str) -> Engine:
-        """The model alone, for reading its metadata (no compute session, nothing computed)."""
+        """The model alone, for reading its metadata (no compute session, nothing computed; the
+        weights stay mapped, none read into huge pages)."""
         engine = cls.__new__(cls)
-        engine._model = core.Model(path, "cpu")
+        engine._model = core.Model(path, "cpu", huge_pages=False)
         engine._session = None
         engine._vocoder = None
         engine._lock = _EngineLock()
