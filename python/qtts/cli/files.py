@@ -50,7 +50,7 @@ def info(args: argparse.Namespace) -> int:
 
 def list_names(args: argparse.Namespace) -> int:
     """`speakers` or `languages`, one per line."""
-    model = load_model(args, device="cpu")
+    model = load_model(args, device="cpu", huge_pages=False)  # names only: nothing generated
     names = model.speakers if args.command == "speakers" else model.languages
     if not names and args.command == "speakers":  # said on stderr: stdout stays a clean (empty) list
         why = {"base": "it clones a voice from --ref-audio or --voice",

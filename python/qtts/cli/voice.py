@@ -64,7 +64,8 @@ def create(args: argparse.Namespace) -> int:
 
     import soundfile as sf
 
-    model = load_model(args, n_threads=args.threads, device=args.device, ops=args.ops)
+    # the encoders only: the talker's weights stay mapped
+    model = load_model(args, n_threads=args.threads, device=args.device, ops=args.ops, huge_pages=False)
     voice, clone = clone_voice(model, args)
     out = voice.save(args.output)
     seconds = sf.info(args.ref_audio).duration  # create_voice read the file: it is audio
