@@ -371,7 +371,9 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
         ggml_backend_buffer_set_usage(mapped, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         bufs.push_back(mapped);
         // on another device the streamed weights are the device's
-        if (host && !huge_pages.empty() && huge_pages_available()) bufs.push_back(read_into_huge_pages(cpu, huge_pages));
+        if (host && !huge_pages.empty() && huge_pages_available()) {
+            if (ggml_backend_buffer_t hb = read_into_huge_pages(cpu, huge_pages)) bufs.push_back(hb);
+        }
         for (int64_t i = 0; i < n; ++i) {
             if (!on_host(gguf_get_tensor_name(gguf_, i)) || huge_pages_holds(gguf_get_tensor_name(gguf_, i))) continue;
             ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
@@ -442,7 +444,11 @@ ggml_backend_buffer_t GgufFile::read_into_huge_pages(ggml_backend_dev_t cpu, con
         bytes += GGML_PAD(ggml_nbytes(t), kAlign);
         max_tensor = std::max(max_tensor, ggml_nbytes(t));
     }
-    huge_ = std::make_unique<HugePageBuffer>(bytes);
+    try {
+        huge_ = std::make_unique<HugePageBuffer>(bytes);
+    } catch (const EngineError &) {
+        return nullptr;  // no memory for the copy: an optimization, so the weights stay mapped
+    }
     ggml_backend_buffer_t buf = ggml_backend_dev_buffer_from_host_ptr(cpu, huge_->data(), bytes, max_tensor);
     if (!buf) engine_fail(log, "%s: the CPU device could not take the huge-page weight buffer", path_.c_str());
     ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);

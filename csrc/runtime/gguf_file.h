@@ -63,7 +63,7 @@ public:
     // Allocate all requested weights on `dev` (mmap on host devices) and fill them; on another
     // device, tensors for which `keep_on_host(name)` holds stay in host memory. On the CPU device
     // the tensors named in `huge_pages` are read into one buffer of transparent huge pages instead
-    // of being mapped, where the OS has them (runtime/host_memory.h).
+    // of being mapped, where the OS has them and can give the memory (runtime/host_memory.h).
     // Returns the buffers, which own the weights' memory.
     std::vector<ggml_backend_buffer_t> place(ggml_backend_dev_t dev,
                                              const std::function<bool(const char *)> & keep_on_host,
