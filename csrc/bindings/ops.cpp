@@ -3,6 +3,7 @@
 // time-major ([T, C] in numpy is ne = [C, T] in ggml), conv weights in the panel layout
 // [N/P, K, Cin, P]. Shapes are checked here, naming the argument, before ggml sees them.
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
+#include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
@@ -24,6 +26,7 @@
 #include "ops/snake_beta.h"
 #include "ops/time_stats.h"
 #include "runtime/error.h"
+#include "runtime/host_memory.h"
 #include "runtime/graph.h"
 
 namespace py = pybind11;
@@ -103,8 +106,27 @@ public:
         return y;
     }
 
-    // Allocate the tensors declared so far (matmul() looks at where its weights live).
-    void allocate() {
+    // Allocate the tensors declared so far (matmul() looks at where its weights live); with
+    // huge_pages, in transparent huge pages where the OS has them, as a model's streamed weights.
+    void allocate(bool huge_pages = false) {
+        if (huge_pages && huge_pages_available()) {
+            constexpr size_t kAlign = 64;
+            size_t bytes = 0;
+            for (ggml_tensor * t = ggml_get_first_tensor(ctx_); t; t = ggml_get_next_tensor(ctx_, t)) {
+                if (!t->data) bytes += GGML_PAD(ggml_nbytes(t), kAlign);
+            }
+            huge_.push_back(std::make_unique<HugePageBuffer>(bytes));
+            ggml_backend_buffer_t b = ggml_backend_cpu_buffer_from_ptr(huge_.back()->data(), bytes);
+            if (!b) engine_fail(log_, "could not allocate the op's tensors");
+            bufs_.push_back(b);
+            ggml_tallocr ta = ggml_tallocr_new(b);
+            for (ggml_tensor * t = ggml_get_first_tensor(ctx_); t; t = ggml_get_next_tensor(ctx_, t)) {
+                if (!t->data && ggml_tallocr_alloc(&ta, t) != GGML_STATUS_SUCCESS) {
+                    engine_fail(log_, "could not place tensor '%s'", t->name);
+                }
+            }
+            return;
+        }
         ggml_backend_buffer_t b = ggml_backend_alloc_ctx_tensors(ctx_, cpu_);
         if (!b) engine_fail(log_, "could not allocate the op's tensors");
         bufs_.push_back(b);
@@ -147,6 +169,7 @@ private:
     ggml_context * ctx_ = nullptr;
     ggml_backend_t cpu_ = nullptr;
     std::vector<ggml_backend_buffer_t> bufs_;
+    std::vector<std::unique_ptr<HugePageBuffer>> huge_;  // memory under some of bufs_ (freed after them)
     std::vector<std::pair<ggml_tensor *, py::array>> inputs_;
 };
 
@@ -234,7 +257,7 @@ ggml_type weight_type(const std::string & name) {
 // path says) for quantized rows w [N, row bytes] and x [M, K]; `copies` > 1 multiplies as many
 // copies of w (so that a benchmark's weights come from memory, not from the cache).
 std::vector<ggml_tensor *> matmul_graph(OneOp & op, const Bytes & w, const std::string & type_name, const Floats & x,
-                                        bool direct = false, int copies = 1) {
+                                        bool direct = false, int copies = 1, bool huge_pages = false) {
     const ggml_type type = weight_type(type_name);
     const int64_t K = shape(x, "x", {-1, -1})[1], block = ggml_blck_size(type);
     if (K % block != 0) {
@@ -248,7 +271,7 @@ std::vector<ggml_tensor *> matmul_graph(OneOp & op, const Bytes & w, const std::
     std::vector<ggml_tensor *> ws;
     for (int i = 0; i < copies; ++i) ws.push_back(op.input_raw(type, K, w.shape(0), w));
     ggml_tensor * xt = op.input(x, {x.shape(0), K});
-    op.allocate();
+    op.allocate(huge_pages);
     std::vector<ggml_tensor *> outs;
     for (ggml_tensor * wt : ws) outs.push_back(direct ? qmatmul(op.ctx(), wt, xt) : matmul(op.ctx(), wt, xt));
     return outs;
@@ -261,12 +284,12 @@ py::array_t<float> run_matmul(const Bytes & w, const std::string & type, const F
 }
 
 std::vector<double> time_matmul(const Bytes & w, const std::string & type, const Floats & x, int n_threads, int repeats,
-                                int copies) {
+                                int copies, bool huge_pages) {
     check_threads(n_threads);
     if (repeats < 1) throw Error(format("repeats must be at least 1, got %d", repeats));
     if (copies < 1 || copies > 1024) throw Error(format("copies must be between 1 and 1024, got %d", copies));
     OneOp op(copies + 2);
-    return op.time(matmul_graph(op, w, type, x, false, copies), n_threads, repeats);
+    return op.time(matmul_graph(op, w, type, x, false, copies, huge_pages), n_threads, repeats);
 }
 
 }  // namespace
@@ -314,9 +337,10 @@ void qtts::bind_ops(py::module_ & mod) {
         py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(), py::arg("n_threads") = 1,
         "As matmul, always through the quantized matmul's kernel for the SIMD path in effect.");
     m.def("time_matmul", &time_matmul, py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(),
-          py::arg("n_threads") = 1, py::arg("repeats") = 10, py::arg("copies") = 1,
+          py::arg("n_threads") = 1, py::arg("repeats") = 10, py::arg("copies") = 1, py::arg("huge_pages") = true,
           "Seconds per computation of matmul(w, type, x) over `copies` copies of w, `repeats` times after a "
-          "warm-up run (benchmarks).");
+          "warm-up run (benchmarks); the weights in transparent huge pages where the OS has them, as a "
+          "model's streamed weights, unless huge_pages is False.");
     m.def("get_matmul_path", []() { return std::string(matmul_path() == MatmulPath::ggml ? "ggml" : "native"); },
           "The kernels graphs are built with: 'native' (the quantized matmul where it applies) or 'ggml'.");
     m.def(

@@ -2,7 +2,8 @@
 
 For each weight type, shape, thread count and column count M (a batch of M sequences steps M
 columns), the native kernel and ggml's run back to back, alternating, each over enough copies of
-the weights that they stream from memory as a model's do (not from the cache). Reported: time per
+the weights that they stream from memory as a model's do (not from the cache), in transparent huge
+pages where the OS has them, as a model's streamed weights are (--no-huge-pages: 4 KiB pages). Reported: time per
 matmul, weight bytes read per second, and that as a share of the machine's memory bandwidth,
 measured first as a numpy copy of a 1 GiB array (bytes read + written per second, one thread).
 """
@@ -48,7 +49,8 @@ def copy_bandwidth_gbs(repeat: int = 3) -> float:
     return 2 * a.nbytes / best / 1e9
 
 
-def measure(type_name: str, k: int, n: int, threads: int, columns: int, repeat: int, seed: int) -> MatmulResult:
+def measure(type_name: str, k: int, n: int, threads: int, columns: int, repeat: int, seed: int,
+            huge_pages: bool = True) -> MatmulResult:
     import numpy as np
 
     from .._native import core
@@ -64,7 +66,8 @@ def measure(type_name: str, k: int, n: int, threads: int, columns: int, repeat: 
         for _ in range(2):  # alternate, so that both see the same load
             for path in best:
                 ops.set_matmul_path(path)
-                t = ops.time_matmul(w, type_name, x, n_threads=threads, repeats=repeat, copies=copies)
+                t = ops.time_matmul(w, type_name, x, n_threads=threads, repeats=repeat, copies=copies,
+                                    huge_pages=huge_pages)
                 best[path] = min(best[path], float(np.median(t)) / copies)
     finally:
         ops.set_matmul_path("native")
@@ -75,16 +78,17 @@ def measure(type_name: str, k: int, n: int, threads: int, columns: int, repeat: 
 def run_matmul(a: argparse.Namespace) -> dict[str, Any]:
     bandwidth = copy_bandwidth_gbs()
     load = os.getloadavg()[0]
-    rows = [measure(t, k, n, th, m, a.repeat, a.seed) for t in a.types for th in a.threads for (k, n) in SHAPES
-            for m in a.columns]
-    return {"benchmark": "matmul", "copy_bandwidth_gbs": bandwidth, "load_avg": load,
+    rows = [measure(t, k, n, th, m, a.repeat, a.seed, not a.no_huge_pages) for t in a.types for th in a.threads
+            for (k, n) in SHAPES for m in a.columns]
+    return {"benchmark": "matmul", "huge_pages": not a.no_huge_pages, "copy_bandwidth_gbs": bandwidth, "load_avg": load,
             "load_avg_end": os.getloadavg()[0], "results": [asdict(r) for r in rows]}
 
 
 def format_matmul(r: dict[str, Any]) -> str:
     bw = r["copy_bandwidth_gbs"]
-    head = (f"memory bandwidth (numpy copy of 1 GiB, read + write): {bw:.1f} GB/s; load {r['load_avg']:.2f} -> "
-            f"{r['load_avg_end']:.2f}\n"
+    pages = "huge pages where available" if r.get("huge_pages", True) else "4 KiB pages"
+    head = (f"memory bandwidth (numpy copy of 1 GiB, read + write): {bw:.1f} GB/s; weights in {pages}; load "
+            f"{r['load_avg']:.2f} -> {r['load_avg_end']:.2f}\n"
             f"{'type':<6}{'K x N':>11}{'thr':>4}{'M':>4}{'native us':>11}{'ggml us':>10}{'native GB/s':>12}"
             f"{'ggml GB/s':>10}{'native %bw':>11}{'x ggml':>8}{'+col %':>8}")
     rows = [head]
@@ -109,5 +113,7 @@ def add_parser(bs: Any, run: Any) -> None:
                    help="activation columns M, a batch of M sequences (default: 1 2 4 8)")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per measurement, the median kept (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
+    p.add_argument("--no-huge-pages", action="store_true",
+                   help="weights in 4 KiB pages instead of transparent huge pages (the model's huge_pages=False)")
     p.add_argument("--json", help="also write the results as JSON to this file")
     p.set_defaults(func=run)
