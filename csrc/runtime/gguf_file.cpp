@@ -375,8 +375,9 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
             if (ggml_backend_buffer_t hb = read_into_huge_pages(cpu, huge_pages)) bufs.push_back(hb);
         }
         for (int64_t i = 0; i < n; ++i) {
-            if (!on_host(gguf_get_tensor_name(gguf_, i)) || huge_pages_holds(gguf_get_tensor_name(gguf_, i))) continue;
+            if (!on_host(gguf_get_tensor_name(gguf_, i))) continue;
             ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
+            if (t->data) continue;  // in huge pages
             if (ggml_backend_tensor_alloc(mapped, t, base + gguf_get_tensor_offset(gguf_, i)) != GGML_STATUS_SUCCESS) {
                 engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), t->name);
             }
@@ -426,24 +427,22 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
     return bufs;
 }
 
-bool GgufFile::huge_pages_holds(const char * name) const {
-    const ggml_tensor * t = ggml_get_tensor(meta_, name);
-    return huge_ && t && t->data && t->data >= static_cast<const void *>(huge_->data()) &&
-           t->data < static_cast<const void *>(huge_->data() + huge_->size());
-}
-
 size_t GgufFile::huge_page_bytes() const { return huge_ ? huge_->size() : 0; }
 
 ggml_backend_buffer_t GgufFile::read_into_huge_pages(ggml_backend_dev_t cpu, const std::set<std::string> & names) {
     GgmlErrorCapture log;
     constexpr size_t kAlign = 64;
     size_t bytes = 0, max_tensor = 0;
+    std::vector<std::pair<size_t, ggml_tensor *>> order;  // by file offset: one forward pass over the file
     for (const std::string & name : names) {
-        const ggml_tensor * t = ggml_get_tensor(meta_, name.c_str());
-        if (!t) fail("%s: no tensor '%s' to read into huge pages", path_.c_str(), name.c_str());
+        ggml_tensor * t = ggml_get_tensor(meta_, name.c_str());
+        const int64_t id = gguf_find_tensor(gguf_, name.c_str());
+        if (!t || id < 0) fail("%s: no tensor '%s' to read into huge pages", path_.c_str(), name.c_str());
         bytes += GGML_PAD(ggml_nbytes(t), kAlign);
         max_tensor = std::max(max_tensor, ggml_nbytes(t));
+        order.emplace_back(gguf_get_tensor_offset(gguf_, id), t);
     }
+    std::sort(order.begin(), order.end(), [](const auto & a, const auto & b) { return a.first < b.first; });
     try {
         huge_ = std::make_unique<HugePageBuffer>(bytes);
     } catch (const EngineError &) {
@@ -457,14 +456,12 @@ ggml_backend_buffer_t GgufFile::read_into_huge_pages(ggml_backend_dev_t cpu, con
     if (!in) fail("%s: cannot open: %s", path_.c_str(), std::strerror(errno));
     const size_t data_offset = gguf_get_data_offset(gguf_);
     uint8_t * at = huge_->data();
-    for (const std::string & name : names) {
-        ggml_tensor * t = ggml_get_tensor(meta_, name.c_str());
-        const int64_t id = gguf_find_tensor(gguf_, name.c_str());
+    for (const auto & [offset, t] : order) {
         if (ggml_backend_tensor_alloc(buf, t, at) != GGML_STATUS_SUCCESS) {
             ggml_backend_buffer_free(buf);
             engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), t->name);
         }
-        in.seekg(static_cast<std::streamoff>(data_offset + gguf_get_tensor_offset(gguf_, id)));
+        in.seekg(static_cast<std::streamoff>(data_offset + offset));
         if (!in.read(reinterpret_cast<char *>(at), static_cast<std::streamsize>(ggml_nbytes(t)))) {
             ggml_backend_buffer_free(buf);
             fail("%s: short read of tensor '%s'", path_.c_str(), t->name);

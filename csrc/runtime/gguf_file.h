@@ -75,8 +75,9 @@ public:
 
 private:
     int64_t key_id(const char * key, enum gguf_type want) const;
+    // The named tensors placed in one huge-page buffer and read from the file; null (nothing
+    // placed) when the memory cannot be had.
     ggml_backend_buffer_t read_into_huge_pages(ggml_backend_dev_t cpu, const std::set<std::string> & names);
-    bool huge_pages_holds(const char * name) const;
     void check_strings() const;
 
     std::string path_;
