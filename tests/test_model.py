@@ -43,7 +43,7 @@ def test_model_properties(gguf_dir: Path) -> None:
     assert m.device == "CPU"
     # "<device>/<path>": on the CPU "auto" picks the native audio networks
     assert m.ops == "native"
-    assert m.devices == {"talker": "CPU/portable", "code_predictor": "CPU/portable", "codec_decoder": "CPU/native",
+    assert m.devices == {"talker": "CPU/native", "code_predictor": "CPU/native", "codec_decoder": "CPU/native",
                          "codec_encoder": "CPU/native"}
     assert m.generation_defaults["top_k"] == 50
     assert m.hparams["code_predictor"]["has_projection"] is True

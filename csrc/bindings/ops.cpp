@@ -19,6 +19,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "ops/attend.h"
 #include "ops/conv_gemm.h"
 #include "ops/elu_left.h"
 #include "ops/qmatmul.h"
@@ -132,6 +133,13 @@ public:
         bufs_.push_back(b);
     }
 
+    // The contents of `t` (after run) as a numpy array of `np_shape`.
+    py::array_t<float> fetch(const ggml_tensor * t, const std::vector<py::ssize_t> & np_shape) {
+        py::array_t<float> y(np_shape);
+        ggml_backend_tensor_get(t, y.mutable_data(), 0, ggml_nbytes(t));
+        return y;
+    }
+
     // Seconds per computation of `outs`, `repeats` times after one warm-up run.
     std::vector<double> time(const std::vector<ggml_tensor *> & outs, int n_threads, int repeats) {
         ggml_cgraph * gf = prepare(outs.front(), n_threads);
@@ -242,6 +250,48 @@ py::array_t<float> run_time_stats(const Floats & x, const std::optional<Floats> 
     ggml_tensor * xt = op.input(x, xs);
     ggml_tensor * lt = logits ? op.input(*logits, shape(*logits, "logits", xs)) : nullptr;
     return op.run(time_stats(op.ctx(), xt, lt), n_threads);
+}
+
+// attend_cached over caches in numpy order: q [n * lanes, n_head, hd], k and v [n * lanes,
+// n_head_kv, hd], k_cache and v_cache [n_ctx, n_head_kv, hd] with lane l's window at positions
+// l * lane_stride ...; returns the output and both caches after the op wrote into them.
+py::tuple run_attend(const Floats & q, const Floats & k, const Floats & v, const Floats & k_cache,
+                     const Floats & v_cache, int64_t n_past, int64_t lanes, int64_t lane_stride, int n_threads) {
+    check_threads(n_threads);
+    const std::vector<int64_t> qs = shape(q, "q", {-1, -1, -1});
+    const int64_t n_all = qs[0], n_head = qs[1], hd = qs[2];
+    const std::vector<int64_t> cs = shape(k_cache, "k_cache", {-1, -1, hd});
+    const int64_t n_ctx = cs[0], nkv = cs[1];
+    shape(v_cache, "v_cache", {n_ctx, nkv, hd});
+    shape(k, "k", {n_all, nkv, hd});
+    shape(v, "v", {n_all, nkv, hd});
+    if (n_head % nkv != 0) {
+        throw Error(format("q has %lld heads, not a multiple of the caches' %lld", static_cast<long long>(n_head),
+                           static_cast<long long>(nkv)));
+    }
+    if (lanes < 1 || n_all % lanes != 0) {
+        throw Error(format("lanes must be at least 1 and divide q's %lld positions, got %lld",
+                           static_cast<long long>(n_all), static_cast<long long>(lanes)));
+    }
+    const int64_t n_kv = n_past + n_all / lanes;
+    if (n_past < 0 || (lanes > 1 && lane_stride < n_kv) || (lanes - 1) * lane_stride + n_kv > n_ctx) {
+        throw Error(format("n_past %lld, lanes %lld and lane_stride %lld do not fit caches of %lld positions",
+                           static_cast<long long>(n_past), static_cast<long long>(lanes),
+                           static_cast<long long>(lane_stride), static_cast<long long>(n_ctx)));
+    }
+    OneOp op;
+    ggml_tensor * qt = op.input(q, qs);
+    ggml_tensor * kt = op.input(k, {n_all, nkv, hd});
+    ggml_tensor * vt = op.input(v, {n_all, nkv, hd});
+    ggml_tensor * kc = op.input(k_cache, cs);
+    ggml_tensor * vc = op.input(v_cache, cs);
+    auto window = [&](ggml_tensor * c) {
+        return ggml_view_4d(op.ctx(), c, hd, n_kv, nkv, lanes, c->nb[2], c->nb[1], lane_stride * c->nb[2], 0);
+    };
+    py::array_t<float> out = op.run(attend_cached(op.ctx(), qt, kt, vt, window(kc), window(vc)), n_threads);
+    const std::vector<py::ssize_t> np_cs = {static_cast<py::ssize_t>(n_ctx), static_cast<py::ssize_t>(nkv),
+                                            static_cast<py::ssize_t>(hd)};
+    return py::make_tuple(out, op.fetch(kc, np_cs), op.fetch(vc, np_cs));
 }
 
 using Bytes = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
@@ -359,6 +409,13 @@ void qtts::bind_ops(py::module_ & mod) {
           "[left; x + inv_beta * sin^2(x * exp_alpha)] for x [n, C].");
     m.def("elu_left", &run_elu_left, py::arg("x"), py::arg("left") = py::none(), py::arg("pad") = 0, py::kw_only(),
           py::arg("n_threads") = 1, "[left; ELU(x); pad rows of zeros] for x [n, C].");
+    m.def("attend", &run_attend, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("k_cache"), py::arg("v_cache"),
+          py::kw_only(), py::arg("n_past"), py::arg("lanes") = 1, py::arg("lane_stride") = 0,
+          py::arg("n_threads") = 1,
+          "Cached attention (the talker's and predictor's fused op): writes k, v [n * lanes, n_head_kv, hd] "
+          "into each lane's window of k_cache, v_cache [n_ctx, n_head_kv, hd] after its n_past positions, "
+          "and attends q [n * lanes, n_head, hd] causally over the window. Returns (out [n * lanes, "
+          "n_head * hd], k_cache, v_cache).");
     m.def("time_stats", &run_time_stats, py::arg("x"), py::arg("logits") = py::none(), py::kw_only(),
           py::arg("n_threads") = 1, "[mean; std] over time of x [T, C], uniform or softmax(logits) weighted.");
 }

@@ -46,7 +46,7 @@ ggml_tensor * predictor_logits(ggml_context * ctx, ggml_cgraph * gf, const CodeP
     const int64_t n_all = x->ne[1], n = n_all / lanes;
     if (!pos) pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_all), kPredPos);
     const int n_past = step == 0 ? 0 : step + 1;
-    const KvWindow kv{&cache.k, &cache.v, n_past, n_past + n, lanes, lane_stride};
+    const KvWindow kv{&cache.k, &cache.v, n_past, n_past + n, lanes, lane_stride, cache.fused()};
     StackOptions o;
     o.prefix = "pred";
     o.kv = &kv;

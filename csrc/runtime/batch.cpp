@@ -38,7 +38,8 @@ Batch::Batch(Session & session, int max_batch) : session_(session) {
     if (max_batch > most) {
         fail("max_batch %d is more than this model's batched talker step holds (%d sequences)", max_batch, most);
     }
-    pred_cache_.reserve(session_.backend_, m.code_predictor.tfm.hp, m.talker.n_code_groups * max_batch);
+    pred_cache_.reserve(session_.backend_, m.code_predictor.tfm.hp, m.talker.n_code_groups * max_batch,
+                        session_.fused_attention());
 }
 
 std::vector<int> Batch::active() const {
@@ -132,7 +133,7 @@ void Batch::talker_step(const std::vector<Slot *> & s) {
         const GenerationState & g = s[b]->g;
         const int n_past = g.n_prompt + g.total.frames - 1;
         if (n_past >= s[b]->cache.n_ctx()) fail("batch step: position %d is outside the slot's cache", n_past);
-        seqs[b] = KvWindow{&s[b]->cache.k, &s[b]->cache.v, n_past, n_past + 1};
+        seqs[b] = KvWindow{&s[b]->cache.k, &s[b]->cache.v, n_past, n_past + 1, 1, 0, s[b]->cache.fused()};
         pos[b] = n_past;
         for (int gi = 0; gi < groups; ++gi) codes[static_cast<size_t>(gi) * B + b] = g.frame[gi];
         std::copy_n(session_.step_text(g), d, text.begin() + static_cast<size_t>(b) * d);

@@ -44,7 +44,7 @@ TalkerOutput Session::talker_prefill(KvCache & cache, const std::vector<float> &
     if (n < 1 || embd.size() != static_cast<size_t>(n) * t.n_embd()) {
         fail("talker prefill: expected [%d, %d] embeddings, got %zu values", n, t.n_embd(), embd.size());
     }
-    if (cache.n_ctx() < std::max(n, n_ctx)) cache.reserve(backend_, t.tfm.hp, std::max(n, n_ctx));
+    if (cache.n_ctx() < std::max(n, n_ctx)) cache.reserve(backend_, t.tfm.hp, std::max(n, n_ctx), fused_attention());
     // Chunks of prefill_chunk_ positions, each attending to the cache so far: the attention
     // scores of a chunk are [n_past + chunk, chunk, heads], linear in the prompt rather than
     // quadratic. Each row is the same dot products and softmax over the keys it sees as in one
@@ -184,7 +184,7 @@ void Session::init_generation(GenerationState & g, const std::vector<float> & pr
     // the budget): the cache is sized to this request, not to a fixed maximum.
     int max_fed = p.max_new_tokens - 1;
     if (p.frame_budget > 0) max_fed = std::min(max_fed, p.frame_budget);
-    cache.reserve(backend_, m.talker.tfm.hp, n_prompt + std::max(max_fed, 1));
+    cache.reserve(backend_, m.talker.tfm.hp, n_prompt + std::max(max_fed, 1), fused_attention());
     auto t0 = Clock::now();
     g.out = talker_prefill(cache, prompt, n_prompt, 0);
     g.total.prefill_ms = ms_since(t0);
@@ -197,7 +197,7 @@ void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, co
     auto g = std::make_unique<GenerationState>();
     cancel_.store(false);
     init_generation(*g, prompt, n_prompt, trailing, n_trailing, p, talker_cache_);
-    pred_cache_.reserve(backend_, model_->code_predictor.tfm.hp, model_->talker.n_code_groups);
+    pred_cache_.reserve(backend_, model_->code_predictor.tfm.hp, model_->talker.n_code_groups, fused_attention());
     gen_ = std::move(g);
 }
 

@@ -136,7 +136,9 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     const bool on_host = ops == OpsPath::native && cpu && ggml_backend_buffer_is_host(vocoder.pre_conv->buffer);
     const std::string audio_dev = (on_host ? ggml_backend_dev_name(cpu) : dev) +
                                   (ops == OpsPath::native ? "/native" : "/portable");
-    component_devices["talker"] = component_devices["code_predictor"] = dev + "/portable";
+    fused_attention = ops == OpsPath::native && device == cpu;
+    component_devices["talker"] = component_devices["code_predictor"] =
+        dev + (fused_attention ? "/native" : "/portable");
     component_devices["codec_decoder"] = component_devices["codec_encoder"] = audio_dev;
     if (speaker_encoder) component_devices["speaker_encoder"] = audio_dev;
 }

@@ -70,8 +70,11 @@ public:
     // weights (empty on the native path).
     OpsPath ops = OpsPath::native;
     ConvWeights conv_weights;
+    // The native path on the CPU device: the talker's and code predictor's KV caches are
+    // attended by the fused op (ops/attend.h), elsewhere by stock ggml ops.
+    bool fused_attention = false;
     // component -> "<device name>/<path>", so a silently misplaced network shows up; the talker
-    // and code predictor are stock ggml ops only ("portable").
+    // and code predictor are "native" where their attention is fused.
     std::map<std::string, std::string> component_devices;
     size_t weight_bytes = 0;     // all weight buffers, conv_weights included
     size_t huge_page_bytes = 0;  // of which read into huge pages

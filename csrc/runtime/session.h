@@ -221,6 +221,7 @@ private:
     // that holds their carried state: the CPU on the native path, the model's device otherwise.
     CodecOps codec_ops(ggml_context * ctx) const;
     ggml_backend_t codec_backend() const { return model_->ops == OpsPath::portable ? backend_ : cpu_; }
+    bool fused_attention() const { return model_->fused_attention; }
     std::map<int, CodecStream> codec_streams_;
 };
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "ops/attend.h"
 #include "ops/conv_gemm.h"
 #include "runtime/error.h"
 #include "runtime/gguf_file.h"
@@ -78,11 +79,13 @@ Transformer load_transformer(GgufFile & f, const char * prefix, const char * net
     return t;
 }
 
-ggml_tensor * new_cache_k(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx) {
+ggml_tensor * new_cache_k(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx, bool fused) {
+    if (fused) return ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, n_ctx, hp.n_head_kv);
     return ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx);
 }
 
-ggml_tensor * new_cache_v(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx) {
+ggml_tensor * new_cache_v(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx, bool fused) {
+    if (fused) return new_cache_k(ctx, hp, n_ctx, true);
     return ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n_ctx, hp.head_dim, hp.n_head_kv);
 }
 
@@ -92,17 +95,18 @@ void KvCache::release() {
     v.clear();
     n_ctx_ = 0;
     epoch_ = 0;
+    fused_ = false;
 }
 
-void KvCache::reserve(ggml_backend_t backend, const TransformerHParams & hp, int n_ctx) {
+void KvCache::reserve(ggml_backend_t backend, const TransformerHParams & hp, int n_ctx, bool fused) {
     const int width = hp.head_dim * hp.n_head_kv;
-    if (state_.allocated() && n_ctx == n_ctx_ && n_layer_ == hp.n_layer && width_ == width) return;
+    if (state_.allocated() && n_ctx == n_ctx_ && n_layer_ == hp.n_layer && width_ == width && fused == fused_) return;
     release();
     if (n_ctx < 1) fail("KV cache needs at least one position, got %d", n_ctx);
     ggml_context * ctx = state_.begin(2 * static_cast<size_t>(hp.n_layer));
     for (int il = 0; il < hp.n_layer; ++il) {
-        k.push_back(named(new_cache_k(ctx, hp, n_ctx), "cache_k.%d", il));
-        v.push_back(named(new_cache_v(ctx, hp, n_ctx), "cache_v.%d", il));
+        k.push_back(named(new_cache_k(ctx, hp, n_ctx, fused), "cache_k.%d", il));
+        v.push_back(named(new_cache_v(ctx, hp, n_ctx, fused), "cache_v.%d", il));
     }
     try {
         state_.allocate(backend, format("a KV cache of %d positions", n_ctx).c_str());
@@ -113,6 +117,7 @@ void KvCache::reserve(ggml_backend_t backend, const TransformerHParams & hp, int
     n_ctx_ = n_ctx;
     n_layer_ = hp.n_layer;
     width_ = width;
+    fused_ = fused;
     static std::atomic<uint64_t> allocations{0};
     epoch_ = ++allocations;
 }
@@ -178,10 +183,19 @@ struct LayerBuilder {
         const TransformerHParams & hp = t.hp;
         const int64_t n_all = q->ne[2], hd = hp.head_dim, nkv = hp.n_head_kv;
         const int64_t lanes = kv ? kv->lanes : 1, n = n_all / lanes;
+        // A fused cache (CPU, native ops): one op over the position-major K and V windows.
+        if (kv && kv->fused) {
+            if (o.mask || kv->n_kv != kv->n_past + n) fail("%s: a fused KV cache takes no mask or padding", o.prefix);
+            const size_t row = hd * sizeof(float);
+            auto window = [&](ggml_tensor * c) {
+                return ggml_view_4d(ctx, c, hd, kv->n_kv, nkv, lanes, row, c->nb[2], kv->lane_stride * row, 0);
+            };
+            return attend_cached(ctx, q, k, v, window((*kv->k)[il]), window((*kv->v)[il]));
+        }
         // K [hd, n_kv, nkv, lanes] and VT [n_kv, hd, nkv, lanes]; mul_mat broadcasts each KV head
-        // over its query-head group in the order the reference's repeat_kv lays them out. The cache
-        // keeps V transposed (positions along ne0) so that VT is a view of it, not a per-step copy
-        // of the whole window (docs/architecture.md "KV cache").
+        // over its query-head group in the order the reference's repeat_kv lays them out. This
+        // cache keeps V transposed (positions along ne0) so that VT is a view of it, not a
+        // per-step copy of the whole window (docs/architecture.md "KV cache").
         ggml_tensor *K, *VT;
         int64_t n_past = 0;
         if (kv) {
@@ -238,8 +252,8 @@ struct LayerBuilder {
 ggml_tensor * transformer_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * x, ggml_tensor * pos,
                                 const Transformer & t, const StackOptions & o) {
     auto check = [&](const KvWindow & w, int64_t n) {
-        const int64_t n_ctx = w.k->empty() ? 0 : w.k->front()->ne[2];
-        if (w.v->size() != w.k->size() || (n_ctx > 0 && w.v->front()->ne[0] != n_ctx)) {
+        const int64_t n_ctx = w.k->empty() ? 0 : w.k->front()->ne[w.fused ? 1 : 2];
+        if (w.v->size() != w.k->size() || (n_ctx > 0 && w.v->front()->ne[w.fused ? 1 : 0] != n_ctx)) {
             fail("%s: the V cache does not match the K cache", o.prefix);
         }
         const int64_t need = w.lanes > 1 ? (w.lanes - 1) * w.lane_stride + w.n_kv : w.n_kv;

@@ -50,18 +50,22 @@ TransformerHParams read_transformer_hparams(const GgufFile & f, const char * pre
 // hp from `prefix` and the layers of tensor group `net` ("talker" ...) in `style`.
 Transformer load_transformer(GgufFile & f, const char * prefix, const char * net, bool has_context, LayerStyle style);
 
-// One layer's cache tensors (F32): K [head_dim, n_head_kv, n_ctx] and V transposed,
-// [n_ctx, head_dim, n_head_kv], so that attention multiplies a view of the V window instead of
-// a transposed copy made every step (docs/architecture.md "KV cache").
-ggml_tensor * new_cache_k(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx);
-ggml_tensor * new_cache_v(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx);
+// One layer's cache tensors (F32). For ggml's attention K [head_dim, n_head_kv, n_ctx] and V
+// transposed, [n_ctx, head_dim, n_head_kv], so that it multiplies a view of the V window instead
+// of a transposed copy made every step; for the fused op (ops/attend.h) both head-major,
+// [head_dim, n_ctx, n_head_kv], so that one head's rows are read in order (docs/architecture.md
+// "KV cache").
+ggml_tensor * new_cache_k(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx, bool fused = false);
+ggml_tensor * new_cache_v(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx, bool fused = false);
 
 // Per-layer K and V (new_cache_k / new_cache_v).
 class KvCache {
 public:
     // (Re)allocate for n_ctx positions unless the current buffer already has exactly that shape.
-    void reserve(ggml_backend_t backend, const TransformerHParams & hp, int n_ctx);
+    // fused: head-major, attended by the fused op (a host buffer: a CPU backend).
+    void reserve(ggml_backend_t backend, const TransformerHParams & hp, int n_ctx, bool fused);
     int n_ctx() const { return n_ctx_; }
+    bool fused() const { return fused_; }
     size_t bytes() const { return state_.bytes(); }
     // Changes whenever the tensors are (re)allocated: a graph built over them (a replayed one)
     // is stale once it differs. Never 0 for an allocated cache.
@@ -75,6 +79,7 @@ private:
     StateBuffer state_;
     int n_ctx_ = 0, n_layer_ = 0, width_ = 0;
     uint64_t epoch_ = 0;
+    bool fused_ = false;
 };
 
 // How a graph uses a cache: it writes its n keys/values at positions n_past.. and attends to
@@ -82,10 +87,12 @@ private:
 // lanes > 1: the graph's positions are `lanes` sequences of n / lanes positions each, stepped in
 // lockstep, and the cache holds one sequence every lane_stride positions (the code predictor's
 // batched pass, docs/serving.md "Batching").
+// fused: the cache's (KvCache::fused), attended by the fused op, which takes no mask or padding.
 struct KvWindow {
     const std::vector<ggml_tensor *> * k = nullptr, * v = nullptr;
     int64_t n_past = 0, n_kv = 0;
     int64_t lanes = 1, lane_stride = 0;
+    bool fused = false;
 };
 
 struct StackOptions {

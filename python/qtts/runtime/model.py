@@ -68,8 +68,9 @@ class Model(QwenTTSCompat):
                  voice_cache: str | os.PathLike[str] | bool = True, ops: str = "auto",
                  vocoder_threads: int | None = None, huge_pages: bool = True):
         """voice_cache: where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off).
-        ops: how the vocoder, codec encoder and speaker encoder run: "native" (custom CPU ops),
-        "portable" (stock ggml ops, on any device) or "auto" (native on the CPU, portable elsewhere).
+        ops: how the vocoder, codec encoder and speaker encoder run, and the talker's and code
+        predictor's attention: "native" (custom CPU ops), "portable" (stock ggml ops, on any
+        device) or "auto" (native on the CPU, portable elsewhere).
         vocoder_threads: pipelined synthesis, the vocoder on this many of the n_threads while the
         generation runs on the rest (0: serial; None: chosen from the first requests' timings;
         the samples are the same either way, docs/serving.md "Pipelined streaming").
@@ -116,7 +117,7 @@ class Model(QwenTTSCompat):
     def devices(self) -> dict[str, str]:
         """Where each network runs, as "<device>/<path>" (e.g. "CPU/native"): the device its
         weights live on and its graph's ops, "native" (custom CPU ops) or "portable" (stock ggml
-        ops; the talker and code predictor have only these)."""
+        ops; the talker and code predictor are native on the CPU device only)."""
         return self.engine.component_devices
 
     @property
