@@ -204,13 +204,18 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
-def test_decode_step_logits_match_reference(models, reference_models):
+@pytest.mark.parametrize("ops", ["native", "portable"])
+def test_decode_step_logits_match_reference(ops, models, reference_models):
     """One KV-cached talker step on the summed frame input (docs/model.md, "Generation loop")
-    against the reference run over the whole sequence without a cache."""
+    against the reference run over the whole sequence without a cache, with the fused cached
+    attention (native) and with ggml's (portable; docs/kernels.md, "Cached attention")."""
     import torch
 
     name, request = CASES[0]
     m = models(name)
+    if ops == "portable":
+        m = qtts.Model(m.path, n_threads=2, voice_cache=False, ops="portable")
+    assert m.devices["talker"] == m.devices["code_predictor"] == f"CPU/{ops}"
     p = prompt_of(m, request, False)
     codes = m.generate_codes(TEXT, **request, non_streaming_mode=False, max_new_tokens=3, **GREEDY).codes[0]
     talker = reference_models(name).model.talker
