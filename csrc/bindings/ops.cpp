@@ -285,10 +285,13 @@ py::tuple run_attend(const Floats & q, const Floats & k, const Floats & v, const
     ggml_tensor * vt = op.input(v, {n_all, nkv, hd});
     ggml_tensor * kc = op.input(k_cache, cs);
     ggml_tensor * vc = op.input(v_cache, cs);
+    py::array_t<int32_t> positions(n_all);  // each lane's new positions, n_past on
+    for (int64_t r = 0; r < n_all; ++r) positions.mutable_data()[r] = static_cast<int32_t>(n_past + r % (n_all / lanes));
+    ggml_tensor * pt = op.input_raw(GGML_TYPE_I32, n_all, 1, positions);
     auto window = [&](ggml_tensor * c) {
         return ggml_view_4d(op.ctx(), c, hd, n_kv, nkv, lanes, c->nb[2], c->nb[1], lane_stride * c->nb[2], 0);
     };
-    py::array_t<float> out = op.run(attend_cached(op.ctx(), qt, kt, vt, window(kc), window(vc)), n_threads);
+    py::array_t<float> out = op.run(attend_cached(op.ctx(), qt, kt, vt, window(kc), window(vc), pt), n_threads);
     const std::vector<py::ssize_t> np_cs = {static_cast<py::ssize_t>(n_ctx), static_cast<py::ssize_t>(nkv),
                                             static_cast<py::ssize_t>(hd)};
     return py::make_tuple(out, op.fetch(kc, np_cs), op.fetch(vc, np_cs));

@@ -48,7 +48,10 @@ ggml_tensor * talker_body(ggml_context * ctx, ggml_cgraph * gf, const Talker & t
                           ggml_tensor * x, int n_past) {
     const int64_t n = x->ne[1];
     ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), kTalkerPos);
-    const KvWindow kv{&cache.k, &cache.v, n_past, n_past + n, 1, 0, cache.fused()};
+    if (n_past < 0 && !cache.fused()) fail("talker: only a fused cache takes its position when the graph runs");
+    // n_past < 0: the whole fused cache, the position read from kTalkerPos when the graph runs
+    const KvWindow kv = n_past < 0 ? KvWindow{&cache.k, &cache.v, 0, cache.n_ctx(), 1, 0, true}
+                                   : KvWindow{&cache.k, &cache.v, n_past, n_past + n, 1, 0, cache.fused()};
     StackOptions o;
     o.prefix = "talker";
     o.kv = &kv;

@@ -46,7 +46,9 @@ ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const T
                                    int n_past, int n);
 
 // One decode step at position n_past. The input is C(cb0) + sum_g CPE_{g-1}(cb_g) + the text
-// vector, with the code predictor's un-projected tables (docs/model.md, "Talker").
+// vector, with the code predictor's un-projected tables (docs/model.md, "Talker"). n_past = -1
+// (a fused cache only): any position, read from kTalkerPos when the graph runs, so that the
+// graph can be replayed step after step.
 ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
                                 const KvCache & cache, int n_past);
 

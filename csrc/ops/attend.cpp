@@ -1,5 +1,6 @@
 #include "ops/attend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -17,10 +18,17 @@ namespace {
 constexpr int kLanes = 16;
 
 struct Dims {
-    int64_t hd, n_head, n_kv_head, group, n, lanes, n_kv, n_past;
+    int64_t hd, n_head, n_kv_head, group, n, lanes, n_kv;
+    const int32_t * pos;
+    // the positions before lane l's new ones: its first query's position
+    int64_t n_past(int64_t lane) const { return pos[lane * n]; }
+    // whether lane l's new positions fit its window (checked by the caller; a row that does not
+    // is left NaN rather than written out of bounds)
+    bool fits(int64_t lane) const { return n_past(lane) >= 0 && n_past(lane) + n <= n_kv; }
 };
 
-Dims dims_of(const ggml_tensor * q, const ggml_tensor * K) {
+Dims dims_of(const ggml_tensor * dst) {
+    const ggml_tensor *q = dst->src[0], *K = dst->src[3];
     Dims d;
     d.hd = q->ne[0];
     d.n_head = q->ne[1];
@@ -29,7 +37,7 @@ Dims dims_of(const ggml_tensor * q, const ggml_tensor * K) {
     d.lanes = K->ne[3];
     d.n = q->ne[2] / d.lanes;
     d.n_kv = K->ne[1];
-    d.n_past = d.n_kv - d.n;
+    d.pos = static_cast<const int32_t *>(dst->src[5]->data);
     return d;
 }
 
@@ -63,12 +71,17 @@ inline T * at(const ggml_tensor * t, int64_t i1, int64_t i2, int64_t i3 = 0) {
     w.resize(static_cast<size_t>(d.group * d.n_kv));
     for (int64_t t = t0; t < t1; ++t) {
         const int64_t r = t / d.n_kv_head, g = t % d.n_kv_head, lane = r / d.n, i = r % d.n;
-        const int64_t m = d.n_past + i + 1;  // the positions query i sees
+        float * o = at<float>(dst, r, 0) + g * d.group * d.hd;
+        if (!d.fits(lane)) {
+            std::fill(o, o + d.group * d.hd, NAN);
+            continue;
+        }
+        const int64_t n_past = d.n_past(lane), m = n_past + i + 1;  // the positions query i sees
         // keys before the new positions come from the cache, the new ones from k: this op writes
         // them there, and no thread reads a position another one writes
         auto row = [&](const ggml_tensor * cache, const ggml_tensor * fresh, int64_t j) {
-            if (j < d.n_past) return at<const float>(cache, j, g, lane);
-            return at<const float>(fresh, g, lane * d.n + j - d.n_past);
+            if (j < n_past) return at<const float>(cache, j, g, lane);
+            return at<const float>(fresh, g, lane * d.n + j - n_past);
         };
         for (int64_t j = 0; j < m; ++j) {
             const float * kj = row(K, k, j);
@@ -88,7 +101,6 @@ inline T * at(const ggml_tensor * t, int64_t i1, int64_t i2, int64_t i3 = 0) {
             const float inv = 1.0f / sum;
             for (int64_t j = 0; j < m; ++j) we[j] *= inv;
         }
-        float * o = at<float>(dst, r, 0) + g * d.group * d.hd;
         std::memset(o, 0, static_cast<size_t>(d.group * d.hd) * sizeof(float));
         for (int64_t j = 0; j < m; ++j) {
             const float * vj = row(V, v, j);
@@ -118,11 +130,12 @@ QTTS_AVX512 void attend_avx512(const ggml_tensor * dst, const Dims & d, int64_t 
 
 void attend_op(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor *k = dst->src[1], *v = dst->src[2], *K = dst->src[3], *V = dst->src[4];
-    const Dims d = dims_of(dst->src[0], K);
+    const Dims d = dims_of(dst);
     // the new keys and values into the cache, rows split over the threads
     const int64_t rows = d.n * d.lanes, row_bytes = d.hd * static_cast<int64_t>(sizeof(float));
     for (int64_t r = rows * ith / nth; r < rows * (ith + 1) / nth; ++r) {
-        const int64_t lane = r / d.n, j = d.n_past + r % d.n;
+        const int64_t lane = r / d.n, j = d.n_past(lane) + r % d.n;
+        if (!d.fits(lane)) continue;
         for (int64_t g = 0; g < d.n_kv_head; ++g) {
             std::memcpy(at<float>(K, j, g, lane), at<const float>(k, g, r), row_bytes);
             std::memcpy(at<float>(V, j, g, lane), at<const float>(v, g, r), row_bytes);
@@ -148,7 +161,7 @@ void check_f32(const ggml_tensor * t, const char * what) {
 }  // namespace
 
 ggml_tensor * attend_cached(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * K,
-                            ggml_tensor * V) {
+                            ggml_tensor * V, ggml_tensor * pos) {
     check_f32(q, "q");
     check_f32(k, "k");
     check_f32(v, "v");
@@ -173,8 +186,12 @@ ggml_tensor * attend_cached(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k
                  static_cast<long long>(nkv), static_cast<long long>(n_all));
         }
     }
-    ggml_tensor * args[5] = {q, k, v, K, V};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, hd * q->ne[1], n_all, 1, 1, args, 5, attend_op, GGML_N_TASKS_MAX,
+    if (pos->type != GGML_TYPE_I32 || !ggml_is_contiguous(pos) || ggml_nelements(pos) != n_all) {
+        fail("attend_cached: positions '%s' must be %lld contiguous I32 values", pos->name,
+             static_cast<long long>(n_all));
+    }
+    ggml_tensor * args[6] = {q, k, v, K, V, pos};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, hd * q->ne[1], n_all, 1, 1, args, 6, attend_op, GGML_N_TASKS_MAX,
                           nullptr);
 }
 

@@ -9,14 +9,17 @@
 namespace qtts {
 
 // q [hd, n_head, n * lanes], k and v [hd, n_head_kv, n * lanes]: the new positions, n per lane,
-// lane by lane. K and V [hd, n_kv, n_head_kv, lanes] are views of a layer's K and V caches over
+// lane by lane, at the consecutive positions that pos (I32 [n * lanes]) gives from each lane's
+// first, n_past. K and V [hd, n_kv, n_head_kv, lanes] are views of a layer's K and V caches over
 // each lane's window (any strides; the models' caches are head-major, so that one head's rows
-// are read in order, runtime/transformer.h), whose last n positions are the new ones: the op
-// writes k and v there. Query i of a lane attends to the window's first n_kv - n + i + 1
-// positions; query head h reads KV head h / (n_head / n_head_kv), as the reference's repeat_kv.
+// are read in order, runtime/transformer.h): the op writes k and v at positions n_past.. and
+// query i attends to the first n_past + i + 1. The positions are read when the graph runs, so a
+// graph can be computed again for the next step. Query head h reads KV head
+// h / (n_head / n_head_kv), as the reference's repeat_kv. A lane whose positions do not fit its
+// window (n_past + n > n_kv: the caller checks) is not written and its output is NaN.
 // Returns [hd * n_head, n * lanes], heads side by side as the output projection reads them.
 // Every SIMD path gives the same bits, for every thread count and whatever the other lanes.
 ggml_tensor * attend_cached(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * K,
-                            ggml_tensor * V);
+                            ggml_tensor * V, ggml_tensor * pos);
 
 }  // namespace qtts

@@ -80,16 +80,33 @@ TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const floa
              talker_cache_.n_ctx());
     }
     const int32_t pos = n_past;
-    ggml_cgraph * gf = run(
+    auto set_inputs = [&](ggml_cgraph * g) {
+        set_input(g, kTalkerCodes, codes);
+        set_input(g, kTalkerText, text, t.n_embd() * sizeof(float));
+        set_input(g, kTalkerPos, &pos, sizeof(pos));
+    };
+    // A fused cache takes the position from the graph's input: the step graph is built once per
+    // cache and replayed (docs/architecture.md, "Graph replay and the generation profile").
+    if (talker_cache_.fused()) {
+        ProfileClock clock(*this);
+        if (step_.stale(talker_cache_)) {
+            build_replay(step_, talker_cache_, "talker step", [&](ggml_context * ctx, ggml_cgraph * gf) {
+                ggml_tensor * out = build_talker_step(ctx, gf, t, model_->code_predictor, talker_cache_, -1);
+                ggml_set_output(out);
+                ggml_build_forward_expand(gf, out);
+            });
+        }
+        clock.lap(":build");
+        set_inputs(step_.gf);
+        clock.lap(":alloc");
+        compute(step_.sched, step_.gf, clock);
+        return talker_output(step_.gf);
+    }
+    return talker_output(run(
         [&](ggml_context * ctx, ggml_cgraph * g) {
             return build_talker_step(ctx, g, t, model_->code_predictor, talker_cache_, n_past);
         },
-        [&](ggml_cgraph * g) {
-            set_input(g, kTalkerCodes, codes);
-            set_input(g, kTalkerText, text, t.n_embd() * sizeof(float));
-            set_input(g, kTalkerPos, &pos, sizeof(pos));
-        });
-    return talker_output(gf);
+        set_inputs));
 }
 
 void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
@@ -98,7 +115,7 @@ void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32
     // the sampling op reads the logits from host memory: a device keeps the step graphs
     if (backend_ != cpu_) return predict_frame_steps(hidden, codes, p, rng);
     ProfileClock clock(*this);
-    if (!frame_.gf || frame_.cache_epoch != pred_cache_.epoch()) build_frame_graph();
+    if (frame_.stale(pred_cache_)) build_frame_graph();
     clock.lap(":build");
     FrameGraph & f = frame_;
     f.sampler.params = &p;
@@ -119,22 +136,10 @@ void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32
 }
 
 void Session::build_frame_graph() {
-    free_frame_graph();
-    const size_t nodes = kMaxNodes;
-    ggml_init_params ip = {ggml_tensor_overhead() * nodes + ggml_graph_overhead_custom(nodes, false), nullptr,
-                           /*no_alloc=*/true};
-    GgmlErrorCapture log;
-    frame_.ctx = ggml_init(ip);
-    if (!frame_.ctx) engine_fail(log, "could not create the code predictor's graph context");
-    frame_.gf = ggml_new_graph_custom(frame_.ctx, static_cast<int>(nodes), false);
-    build_predictor_frame(frame_.ctx, frame_.gf, model_->code_predictor, model_->talker, pred_cache_, &frame_.sampler,
-                          frame_.io);
-    frame_.sched = new_sched();
-    if (!ggml_backend_sched_alloc_graph(frame_.sched, frame_.gf)) {
-        free_frame_graph();
-        engine_fail(log, "could not allocate the code predictor's graph");
-    }
-    frame_.cache_epoch = pred_cache_.epoch();
+    build_replay(frame_, pred_cache_, "code predictor's", [&](ggml_context * ctx, ggml_cgraph * gf) {
+        build_predictor_frame(ctx, gf, model_->code_predictor, model_->talker, pred_cache_, &frame_.sampler,
+                              frame_.io);
+    });
 }
 
 void Session::predict_frame_steps(const std::vector<float> & hidden, std::vector<int32_t> & codes,

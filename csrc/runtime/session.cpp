@@ -34,7 +34,7 @@ Session::Session(std::shared_ptr<const Model> model, int n_threads)
 }
 
 Session::~Session() {
-    free_frame_graph();
+    free_replays();
     if (graph_ctx_) ggml_free(graph_ctx_);
     if (sched_) ggml_backend_sched_free(sched_);
     if (cpu_ && cpu_ != backend_) ggml_backend_free(cpu_);
@@ -55,20 +55,44 @@ ggml_backend_sched_t Session::new_sched() {
 
 void Session::make_sched() { sched_ = new_sched(); }
 
-void Session::free_frame_graph() {
-    if (frame_.ctx) ggml_free(frame_.ctx);
-    if (frame_.sched) ggml_backend_sched_free(frame_.sched);
-    frame_.ctx = nullptr;
-    frame_.sched = nullptr;
-    frame_.gf = nullptr;
-    frame_.cache_epoch = 0;
+void Session::free_replay(Replay & r) {
+    if (r.ctx) ggml_free(r.ctx);
+    if (r.sched) ggml_backend_sched_free(r.sched);
+    r.ctx = nullptr;
+    r.sched = nullptr;
+    r.gf = nullptr;
+    r.cache_epoch = 0;
+}
+
+void Session::free_replays() {
+    free_replay(frame_);
+    free_replay(step_);
+}
+
+void Session::build_replay(Replay & r, const KvCache & cache, const char * what,
+                           const std::function<void(ggml_context *, ggml_cgraph *)> & build) {
+    free_replay(r);
+    const size_t nodes = kMaxNodes;
+    ggml_init_params ip = {ggml_tensor_overhead() * nodes + ggml_graph_overhead_custom(nodes, false), nullptr,
+                           /*no_alloc=*/true};
+    GgmlErrorCapture log;
+    r.ctx = ggml_init(ip);
+    if (!r.ctx) engine_fail(log, "could not create the %s graph context", what);
+    r.gf = ggml_new_graph_custom(r.ctx, static_cast<int>(nodes), false);
+    build(r.ctx, r.gf);
+    r.sched = new_sched();
+    if (!ggml_backend_sched_alloc_graph(r.sched, r.gf)) {
+        free_replay(r);
+        engine_fail(log, "could not allocate the %s graph", what);
+    }
+    r.cache_epoch = cache.epoch();
 }
 
 // The scheduler's buffers only ever grow to the largest graph seen: recreating it is the way
 // to hand them back.
 void Session::release_buffers() {
     talker_cache_.release();
-    free_frame_graph();
+    free_replays();
     if (graph_ctx_) ggml_free(graph_ctx_);
     graph_ctx_ = nullptr;
     ggml_backend_sched_free(sched_);
@@ -91,7 +115,7 @@ void Session::set_prefill_chunk(int n) {
 
 std::map<std::string, size_t> Session::memory() const {
     size_t compute = 0;
-    for (ggml_backend_sched_t s : {sched_, frame_.sched}) {
+    for (ggml_backend_sched_t s : {sched_, frame_.sched, step_.sched}) {
         if (!s) continue;
         compute += ggml_backend_sched_get_buffer_size(s, backend_);
         if (cpu_ != backend_) compute += ggml_backend_sched_get_buffer_size(s, cpu_);
@@ -102,7 +126,7 @@ std::map<std::string, size_t> Session::memory() const {
 void Session::set_profiling(bool on) {
     profile_.clear();
     profiling_ = on;
-    for (ggml_backend_sched_t s : {sched_, frame_.sched}) {
+    for (ggml_backend_sched_t s : {sched_, frame_.sched, step_.sched}) {
         if (s) ggml_backend_sched_set_eval_callback(s, on ? &Session::profile_node : nullptr, this);
     }
 }

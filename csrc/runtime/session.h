@@ -195,19 +195,30 @@ private:
     ggml_context * graph_ctx_ = nullptr;
     std::vector<uint8_t> graph_meta_;
     KvCache talker_cache_, pred_cache_;
-    // The code predictor's frame graph (generate.cpp), allocated once by a scheduler of its own so
-    // that the other graphs in between leave it intact; rebuilt when pred_cache_ is reallocated.
-    struct FrameGraph {
+    // A graph built and allocated once, by a scheduler of its own so that the other graphs in
+    // between leave it intact, and computed again with new inputs (generate.cpp); rebuilt when
+    // the KV cache it attends is reallocated (KvCache::epoch).
+    struct Replay {
         ggml_backend_sched_t sched = nullptr;
         ggml_context * ctx = nullptr;
         ggml_cgraph * gf = nullptr;
+        uint64_t cache_epoch = 0;
+        bool stale(const KvCache & cache) const { return !gf || cache_epoch != cache.epoch(); }
+    };
+    // The code predictor's frame (every step, the sampling inside).
+    struct FrameGraph : Replay {
         FrameGraphIo io;
         FrameSampler sampler;
-        uint64_t cache_epoch = 0;
     };
     FrameGraph frame_;
+    // The talker's decode step over its whole fused cache, the position an input (CPU, native).
+    Replay step_;
     ggml_backend_sched_t new_sched();
-    void free_frame_graph();
+    void free_replay(Replay & r);
+    void free_replays();
+    // (Re)build `r` with `build` for the current epoch of `cache`.
+    void build_replay(Replay & r, const KvCache & cache, const char * what,
+                      const std::function<void(ggml_context *, ggml_cgraph *)> & build);
     void build_frame_graph();
     void predict_frame_steps(const std::vector<float> & hidden, std::vector<int32_t> & codes,
                              const SamplingParams & p, std::mt19937_64 & rng);

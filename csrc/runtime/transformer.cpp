@@ -164,33 +164,36 @@ struct LayerBuilder {
         k = named(rope(k), "%s.%d.k", p, il);
         ggml_tensor * out = nullptr;
         if (!o.seqs) {
-            out = attend(q, k, v, o.kv, il);
+            out = attend(q, k, v, o.kv, il, pos);
         } else {
             auto col = [&](ggml_tensor * a, int64_t b) {
                 return ggml_view_3d(ctx, a, a->ne[0], a->ne[1], 1, a->nb[1], a->nb[2], b * a->nb[2]);
             };
             for (int64_t b = 0; b < n; ++b) {
-                ggml_tensor * ob = attend(col(q, b), col(k, b), col(v, b), &(*o.seqs)[b], il);
+                ggml_tensor * pb = ggml_view_1d(ctx, pos, 1, b * pos->nb[0]);
+                ggml_tensor * ob = attend(col(q, b), col(k, b), col(v, b), &(*o.seqs)[b], il, pb);
                 out = out ? ggml_concat(ctx, out, ob, 1) : ob;
             }
         }
         return named(mat(out, l.wo), "%s.%d.attn_out", p, il);
     }
 
-    // Softmax attention of q [hd, n_head, n] over the cache window `kv` (k, v written into it
-    // first) or, without one, over k, v themselves; [hd * n_head, n].
-    ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const KvWindow * kv, int il) const {
+    // Softmax attention of q [hd, n_head, n] (at positions `at`) over the cache window `kv` (k, v
+    // written into it first) or, without one, over k, v themselves; [hd * n_head, n].
+    ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const KvWindow * kv, int il,
+                         ggml_tensor * at) const {
         const TransformerHParams & hp = t.hp;
         const int64_t n_all = q->ne[2], hd = hp.head_dim, nkv = hp.n_head_kv;
         const int64_t lanes = kv ? kv->lanes : 1, n = n_all / lanes;
-        // A fused cache (CPU, native ops): one op over the position-major K and V windows.
+        // A fused cache (CPU, native ops): one op over the head-major K and V windows, at the
+        // positions the graph's input gives when it runs (KvWindow::fused).
         if (kv && kv->fused) {
-            if (o.mask || kv->n_kv != kv->n_past + n) fail("%s: a fused KV cache takes no mask or padding", o.prefix);
+            if (o.mask) fail("%s: a fused KV cache takes no mask", o.prefix);
             const size_t row = hd * sizeof(float);
             auto window = [&](ggml_tensor * c) {
                 return ggml_view_4d(ctx, c, hd, kv->n_kv, nkv, lanes, row, c->nb[2], kv->lane_stride * row, 0);
             };
-            return attend_cached(ctx, q, k, v, window((*kv->k)[il]), window((*kv->v)[il]));
+            return attend_cached(ctx, q, k, v, window((*kv->k)[il]), window((*kv->v)[il]), at);
         }
         // K [hd, n_kv, nkv, lanes] and VT [n_kv, hd, nkv, lanes]; mul_mat broadcasts each KV head
         // over its query-head group in the order the reference's repeat_kv lays them out. This

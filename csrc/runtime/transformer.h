@@ -87,7 +87,10 @@ private:
 // lanes > 1: the graph's positions are `lanes` sequences of n / lanes positions each, stepped in
 // lockstep, and the cache holds one sequence every lane_stride positions (the code predictor's
 // batched pass, docs/serving.md "Batching").
-// fused: the cache's (KvCache::fused), attended by the fused op, which takes no mask or padding.
+// fused: the cache's (KvCache::fused), attended by the fused op (no mask), which reads each
+// lane's n_past from the graph's positions when it runs: n_past here only bounds the window
+// check, and a graph built over the whole cache (n_past 0, n_kv n_ctx) can be replayed for any
+// step (the talker's, runtime/generate.cpp).
 struct KvWindow {
     const std::vector<ggml_tensor *> * k = nullptr, * v = nullptr;
     int64_t n_past = 0, n_kv = 0;
