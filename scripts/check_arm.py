@@ -35,6 +35,7 @@ sys.path[:0] = [str(ROOT / "python"), str(ROOT)]
 
 from qtts._native import core  # noqa: E402
 from qtts.convert.checkpoint import _conv_panels, convert  # noqa: E402
+from tests import test_attend as A  # noqa: E402
 from tests import test_ops as T  # noqa: E402
 from tests import test_qmatmul as Q  # noqa: E402
 
@@ -104,7 +105,8 @@ def build_check(build: Path, ggml: Path, jobs: int) -> Path:
 
 
 def op_cases(c: Cases) -> None:
-    """The op tests' shapes and assertions (tests/test_ops.py, tests/test_qmatmul.py)."""
+    """The op tests' shapes and assertions (tests/test_ops.py, tests/test_qmatmul.py,
+    tests/test_attend.py)."""
     for cin, cout, k, d, n in T.CONV_CASES:
         rng = np.random.default_rng(cin * 1000 + cout + k)
         w = T.f32(rng, cout, cin, k, scale=cin ** -0.5)
@@ -188,6 +190,23 @@ def op_cases(c: Cases) -> None:
             c.add("qmatmul", f"qmm_{type_name}_col{j}", [1, type_name, wf, xf], None)
             c.same.append((f"qmm_{type_name}_col{j}", lambda o, t=type_name, j=j: o[f"qmm_{t}_all"][j: j + 1],
                            f"qmm_{type_name}_col{j}"))
+
+
+    for name, shape in A.CASES.items():
+        case = A.case(np.random.default_rng(len(name)), **shape)
+        n_all, lanes = case["q"].shape[0], case["lanes"]
+        n = n_all // lanes
+        pos = np.array([case["n_past"] + r % n for r in range(n_all)], dtype=np.int32)
+        tag = "attend_" + name.replace(" ", "_")
+        files = [c.save(f"{tag}_{x}", case[x]) for x in ("q", "k", "v", "k_cache", "v_cache")]
+        args = [case["n_past"] + n, lanes, case["lane_stride"], *files, c.save(tag + "_pos", pos)]
+
+        def check_attend(y: np.ndarray, case: dict = case) -> None:
+            np.testing.assert_allclose(y, A.reference(case)[0], rtol=0, atol=2e-6)
+
+        for threads in (1, 3):
+            c.add("attend", f"{tag}_t{threads}", [threads, *args], check_attend)
+        c.same.append((tag, lambda o, i=tag: o[f"{i}_t3"], f"{tag}_t1"))
 
 
 def model_cases(c: Cases, frames: int, gen_frames: int) -> dict[str, np.ndarray]:

@@ -6,6 +6,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "ops/attend.h"
 #include "ops/conv_gemm.h"
 #include "ops/elu_left.h"
 #include "ops/qmatmul.h"
@@ -42,6 +43,13 @@ public:
         for (size_t i = 0; i < a.shape.size(); ++i) ne[i] = a.shape[a.shape.size() - 1 - i];
         if (type != GGML_TYPE_F32) ne[0] = ne[0] / static_cast<int64_t>(ggml_type_size(type)) * ggml_blck_size(type);
         ggml_tensor * t = ggml_new_tensor_4d(ctx_, type, ne[0], ne[1], ne[2], ne[3]);
+        inputs_.push_back({t, &a});
+        return t;
+    }
+
+    // An I32 vector of the array's values (an int32 .npy).
+    ggml_tensor * input_i32(const Array & a) {
+        ggml_tensor * t = ggml_new_tensor_1d(ctx_, GGML_TYPE_I32, a.count());
         inputs_.push_back({t, &a});
         return t;
     }
@@ -126,6 +134,17 @@ std::vector<float> run_op(const Line & l, const std::string & dir, std::vector<i
         ggml_tensor * wt = g.input(*w, weight_type(l.at(3)));
         ggml_tensor * xt = g.input(*x);
         return g.run(qmatmul(g.ctx(), wt, xt), std::stoi(l.at(2)), shape);
+    }
+    if (op == "attend") {  // id threads n_kv lanes lane_stride q k v k_cache v_cache pos
+        const int64_t n_kv = std::stoll(l.at(3)), lanes = std::stoll(l.at(4)), stride = std::stoll(l.at(5));
+        const Array *q = arg(6), *k = arg(7), *v = arg(8), *kc = arg(9), *vc = arg(10), *pos = arg(11);
+        ggml_tensor *qt = g.input(*q), *kt = g.input(*k), *vt = g.input(*v), *kct = g.input(*kc), *vct = g.input(*vc);
+        ggml_tensor * pt = g.input_i32(*pos);
+        // the caches [n_ctx, n_head_kv, hd] in numpy order, viewed as the op's [hd, n_kv, n_head_kv, lanes]
+        auto window = [&](ggml_tensor * c) {
+            return ggml_view_4d(g.ctx(), c, c->ne[0], n_kv, c->ne[1], lanes, c->nb[2], c->nb[1], stride * c->nb[2], 0);
+        };
+        return g.run(attend_cached(g.ctx(), qt, kt, vt, window(kct), window(vct), pt), std::stoi(l.at(2)), shape);
     }
     throw std::runtime_error("unknown op " + op);
 }
