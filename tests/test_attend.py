@@ -4,7 +4,8 @@ caches changes; the result is bit-identical on every path, for every thread coun
 lane alone or among others (the batched code predictor's lanes are the single path's steps).
 
 Shapes: the talker's step (one query over a long window), the predictor's first step (two
-queries, causal, empty cache), prompt chunks, lanes with padding between windows, head widths
+queries, causal, empty cache), prompt chunks (one block of queries and several), lanes with
+padding between windows, head widths
 that are not a multiple of the op's 16-value chunks, and one KV head per query head.
 """
 from __future__ import annotations
@@ -55,6 +56,7 @@ CASES = {
     "talker step": dict(n=1, n_past=57, n_head=16, nkv=8, hd=128),
     "predictor first step": dict(n=2, n_past=0, n_head=16, nkv=8, hd=128),
     "prompt chunk": dict(n=7, n_past=9, n_head=4, nkv=2, hd=32),
+    "query blocks": dict(n=19, n_past=5, n_head=4, nkv=2, hd=32),
     "narrow heads": dict(n=1, n_past=20, n_head=6, nkv=3, hd=20),
     "one kv head per head": dict(n=3, n_past=4, n_head=2, nkv=2, hd=40),
     "lanes": dict(n=1, n_past=5, n_head=4, nkv=2, hd=48, lanes=3, stride=9),

@@ -60,54 +60,69 @@ inline T * at(const ggml_tensor * t, int64_t i1, int64_t i2, int64_t i3 = 0) {
     return s;
 }
 
-// Tasks [t0, t1) of (query row, KV head): task t is row t / n_head_kv, KV head t % n_head_kv,
-// with the query heads of its group, so that each key and value row is read once per query.
-// What a task computes for one query head depends on that row and head alone: the same sums in
-// the same order for every split over threads and for a lane alone or among others.
+// Query rows are taken kRows at a time, so that a long prompt chunk reads each key and value
+// row once per block of queries rather than once per query.
+constexpr int64_t kRows = 8;
+
+// Tasks [t0, t1) of (lane, block of up to kRows query rows, KV head), the KV head fastest, each
+// with the query heads of its group. What a task computes for one query row and head depends on
+// that row and head alone: the same sums in the same order whatever the blocks, the split over
+// threads or the other lanes.
 [[gnu::always_inline]] inline void attend_tasks(const ggml_tensor * dst, const Dims & d, int64_t t0, int64_t t1,
                                                 std::vector<float> & w) {
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *K = dst->src[3], *V = dst->src[4];
     const float scale = 1.0f / std::sqrt(static_cast<float>(d.hd));
-    w.resize(static_cast<size_t>(d.group * d.n_kv));
+    const int64_t blocks = (d.n + kRows - 1) / kRows;
     for (int64_t t = t0; t < t1; ++t) {
-        const int64_t r = t / d.n_kv_head, g = t % d.n_kv_head, lane = r / d.n, i = r % d.n;
-        float * o = at<float>(dst, r, 0) + g * d.group * d.hd;
+        const int64_t g = t % d.n_kv_head, lane = t / d.n_kv_head / blocks, i0 = t / d.n_kv_head % blocks * kRows;
+        const int64_t rows = std::min(kRows, d.n - i0), r0 = lane * d.n + i0;
+        auto out = [&](int64_t ri) { return at<float>(dst, r0 + ri, 0) + g * d.group * d.hd; };
         if (!d.fits(lane)) {
-            std::fill(o, o + d.group * d.hd, NAN);
+            for (int64_t ri = 0; ri < rows; ++ri) std::fill(out(ri), out(ri) + d.group * d.hd, NAN);
             continue;
         }
-        const int64_t n_past = d.n_past(lane), m = n_past + i + 1;  // the positions query i sees
+        // query i0 + ri sees the positions up to n_past + i0 + ri
+        const int64_t n_past = d.n_past(lane), m0 = n_past + i0 + 1, m_max = m0 + rows - 1;
+        w.resize(static_cast<size_t>(rows * d.group * m_max));
+        auto weights = [&](int64_t ri, int64_t e) { return w.data() + (ri * d.group + e) * m_max; };
         // keys before the new positions come from the cache, the new ones from k: this op writes
         // them there, and no thread reads a position another one writes
         auto row = [&](const ggml_tensor * cache, const ggml_tensor * fresh, int64_t j) {
             if (j < n_past) return at<const float>(cache, j, g, lane);
             return at<const float>(fresh, g, lane * d.n + j - n_past);
         };
-        for (int64_t j = 0; j < m; ++j) {
+        for (int64_t j = 0; j < m_max; ++j) {
             const float * kj = row(K, k, j);
+            for (int64_t ri = std::max<int64_t>(0, j - m0 + 1); ri < rows; ++ri) {
+                for (int64_t e = 0; e < d.group; ++e) {
+                    weights(ri, e)[j] = dot(at<const float>(q, g * d.group + e, r0 + ri), kj, d.hd) * scale;
+                }
+            }
+        }
+        for (int64_t ri = 0; ri < rows; ++ri) {
+            const int64_t m = m0 + ri;
             for (int64_t e = 0; e < d.group; ++e) {
-                w[e * m + j] = dot(at<const float>(q, g * d.group + e, r), kj, d.hd) * scale;
+                float * we = weights(ri, e);
+                float mx = -INFINITY;
+                for (int64_t j = 0; j < m; ++j) mx = we[j] > mx ? we[j] : mx;
+                float sum = 0.0f;
+                for (int64_t j = 0; j < m; ++j) {
+                    we[j] = std::exp(we[j] - mx);
+                    sum += we[j];
+                }
+                const float inv = 1.0f / sum;
+                for (int64_t j = 0; j < m; ++j) we[j] *= inv;
             }
+            std::memset(out(ri), 0, static_cast<size_t>(d.group * d.hd) * sizeof(float));
         }
-        for (int64_t e = 0; e < d.group; ++e) {
-            float * we = w.data() + e * m;
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < m; ++j) mx = we[j] > mx ? we[j] : mx;
-            float sum = 0.0f;
-            for (int64_t j = 0; j < m; ++j) {
-                we[j] = std::exp(we[j] - mx);
-                sum += we[j];
-            }
-            const float inv = 1.0f / sum;
-            for (int64_t j = 0; j < m; ++j) we[j] *= inv;
-        }
-        std::memset(o, 0, static_cast<size_t>(d.group * d.hd) * sizeof(float));
-        for (int64_t j = 0; j < m; ++j) {
+        for (int64_t j = 0; j < m_max; ++j) {
             const float * vj = row(V, v, j);
-            for (int64_t e = 0; e < d.group; ++e) {
-                const float p = w[e * m + j];
-                float * oe = o + e * d.hd;
-                for (int64_t c = 0; c < d.hd; ++c) oe[c] += p * vj[c];
+            for (int64_t ri = std::max<int64_t>(0, j - m0 + 1); ri < rows; ++ri) {
+                for (int64_t e = 0; e < d.group; ++e) {
+                    const float p = weights(ri, e)[j];
+                    float * oe = out(ri) + e * d.hd;
+                    for (int64_t c = 0; c < d.hd; ++c) oe[c] += p * vj[c];
+                }
             }
         }
     }
@@ -142,7 +157,8 @@ void attend_op(ggml_tensor * dst, int ith, int nth, void *) {
         }
     }
     thread_local std::vector<float> w;
-    const int64_t tasks = rows * d.n_kv_head, t0 = tasks * ith / nth, t1 = tasks * (ith + 1) / nth;
+    const int64_t tasks = d.lanes * ((d.n + kRows - 1) / kRows) * d.n_kv_head;
+    const int64_t t0 = tasks * ith / nth, t1 = tasks * (ith + 1) / nth;
     switch (simd_path()) {
 #ifdef QTTS_X86
         case SimdPath::avx512: return attend_avx512(dst, d, t0, t1, w);
