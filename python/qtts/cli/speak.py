@@ -281,8 +281,8 @@ def add_parser(sub: Any) -> None:
                         "default auto: chosen from the first requests' timings)")
     r.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
     r.add_argument("--ops", default="auto", choices=OPS,
-                   help="the audio networks' ops: native CPU kernels or portable stock ggml ops (default: auto, "
-                        "native on the CPU)")
+                   help="the audio networks' and the attention's ops: native CPU kernels or portable stock "
+                        "ggml ops (default: auto, native on the CPU)")
     r.add_argument("--no-huge-pages", action="store_true", help="keep the streamed weights mapped from the file (shared with other processes) instead of reading them into huge pages")
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",

@@ -122,7 +122,8 @@ class Model(QwenTTSCompat):
 
     @property
     def ops(self) -> str:
-        """The audio networks' path after "auto" was resolved: "native" or "portable"."""
+        """The audio networks' (and on the CPU the attention's) path after "auto" was resolved:
+        "native" or "portable"."""
         return self.engine.ops
 
     @property
