@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import qtts
+from qtts._native import core
 
 # every layer's projections of the talker and the code predictor, the talker's codec head, the
 # code predictor's heads and input projection
@@ -47,6 +48,51 @@ def test_the_streamed_matrices_and_only_they_are_read_into_huge_pages(gguf_dir: 
     # counted once, in the huge pages (their rows padded to 64 bytes), not also in the mapping
     assert 0 <= m.engine.weight_bytes - mapped.engine.weight_bytes < 64 * len(
         [t for t in gguf.GGUFReader(path).tensors if STREAMED.fullmatch(t.name)])
+
+
+def _packed_bytes(path: Path) -> int:
+    return sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors
+               if STREAMED.fullmatch(t.name) and t.tensor_type.name == "Q8_0")
+
+
+@pytest.mark.parametrize("out_type", ["f32", "q8_0"])
+def test_the_q8_0_matrices_in_huge_pages_are_packed(gguf_dir: Path, out_type: str) -> None:
+    """Packed for the quantized matmul where the CPU has AVX-512 VNNI (docs/kernels.md, "Packed
+    Q8_0"); the file's mapped pages never."""
+    path = gguf_dir / f"tiny_base-{out_type}.gguf"
+    m = qtts.Model(path, n_threads=1, device="cpu", voice_cache=False)
+    packs = _thp_available() and core.ops.q8_0_packs()
+    assert m.engine.packed_bytes == (_packed_bytes(path) if packs else 0)
+    assert (m.engine.packed_bytes > 0) == (packs and out_type == "q8_0")
+    mapped = qtts.Model(path, n_threads=1, device="cpu", voice_cache=False, huge_pages=False)
+    assert mapped.engine.packed_bytes == 0
+
+
+@pytest.mark.parametrize("simd", ["best", "scalar"])
+def test_packed_weights_give_the_mapped_weights_results(gguf_dir: Path, simd: str) -> None:
+    """Bit for bit with the VNNI kernel. On a lowered SIMD path the packed weights take the plain
+    C++ kernel and the mapped ones ggml's mul_mat (kernels.md): the same logits to rounding."""
+    path = gguf_dir / "tiny_custom_voice-q8_0.gguf"
+    models = {huge: qtts.Model(path, n_threads=2, device="cpu", voice_cache=False, huge_pages=huge)
+              for huge in (True, False)}
+    embeddings = np.random.default_rng(0).standard_normal((7, 32)).astype(np.float32) * 0.1
+    if simd == "scalar":
+        core.ops.set_simd_path("scalar")
+    try:
+        logits = {}
+        for huge, m in models.items():
+            with m.engine.session() as s:
+                logits[huge], _ = s.talker_prefill(embeddings)
+        codes = {huge: m.generate_codes("Packed or not.", speaker="ryan", seed=3, max_new_tokens=10).codes
+                 for huge, m in models.items()}
+    finally:
+        core.ops.set_simd_path(core.ops.simd_paths()[-1])
+    if simd == "best":
+        np.testing.assert_array_equal(logits[True], logits[False])
+        np.testing.assert_array_equal(codes[True], codes[False])
+    else:
+        a, b = logits[True].astype(np.float64), logits[False].astype(np.float64)
+        assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) > 0.9999
 
 
 @pytest.mark.parametrize("name,kw", [("tiny_custom_voice", {"speaker": "ryan"}),

@@ -7,6 +7,8 @@ Q6_K weights quantized by ggml and dequantized by gguf-py:
 * against ggml's mul_mat (the "ggml" matmul path): within both quantizations' bounds;
 * column independence and thread-count determinism, bit for bit: column j of an M-column call
   equals the same column alone, for 1 and 3 threads;
+* packed Q8_0 weights (x86 with AVX-512 VNNI): bit for bit the unpacked weights' result on the
+  scalar and avx512 paths, the scalar kernel's on avx2, for whole and partial 16-block groups;
 * matmul() routes host weights to it on the native path and to ggml's mul_mat on the ggml path;
 * bad arguments get a ValueError naming them.
 
@@ -146,6 +148,29 @@ def test_the_matmul_path_switch() -> None:
 
 
 W8 = np.zeros((4, 34), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("k", [32, 64, 512, 45 * 32, 2048])
+def test_packed_q8_0_gives_the_unpacked_results(path: str, k: int) -> None:
+    rng = np.random.default_rng(k)
+    w = np.frombuffer(core.quantize(rng.standard_normal((N, k)).astype(np.float32), "q8_0", 1), dtype=np.uint8)
+    w = w.reshape(N, -1)
+    x = rng.standard_normal((9, k)).astype(np.float32)
+    if not ops.q8_0_packs():
+        with pytest.raises(ValueError, match="packed: q8_0 weights cannot be packed"):
+            ops.qmatmul(w, "q8_0", x, packed=True)
+        return
+    packed = ops.qmatmul(w, "q8_0", x, n_threads=3, packed=True)
+    np.testing.assert_array_equal(packed[4:5], ops.qmatmul(w, "q8_0", x[4:5], packed=True))
+    if path == "avx2":  # packed weights take the plain C++ kernel below the avx512 path
+        ops.set_simd_path("scalar")
+    np.testing.assert_array_equal(packed, ops.qmatmul(w, "q8_0", x, n_threads=2))
+
+
+def test_only_q8_0_weights_are_packed() -> None:
+    c = case("q4_k")
+    with pytest.raises(ValueError, match="packed: q4_k weights cannot be packed"):
+        ops.qmatmul(c.w, "q4_k", c.x[:1], packed=True)
 
 
 @pytest.mark.parametrize("call, match", [

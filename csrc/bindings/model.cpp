@@ -75,6 +75,8 @@ void bind_model(py::module_ & m) {
              py::arg("huge_pages") = true)
         .def_readonly("huge_page_bytes", &Model::huge_page_bytes,
                       "Bytes of weights read into transparent huge pages (0: all mapped from the file).")
+        .def_readonly("packed_bytes", &Model::packed_bytes,
+                      "Bytes of Q8_0 weights packed for the quantized matmul's VNNI kernel at load.")
         .def_property_readonly("ops", [](const Model & model) {
             return std::string(model.ops == OpsPath::portable ? "portable" : "native");
         })

@@ -96,6 +96,16 @@ public:
         return t;
     }
 
+    // Fills an allocated input now, not at run(): for what rewrites it in place (a packed weight).
+    void fill_now(ggml_tensor * t) {
+        for (auto it = inputs_.begin(); it != inputs_.end(); ++it) {
+            if (it->first != t) continue;
+            ggml_backend_tensor_set(t, it->second.data(), 0, ggml_nbytes(t));
+            inputs_.erase(it);
+            return;
+        }
+    }
+
     // An unfilled tensor of n floats: allocated in order, it shifts the tensors after it.
     void spacer(int64_t n) { ggml_new_tensor_1d(ctx_, GGML_TYPE_F32, n); }
 
@@ -308,9 +318,12 @@ ggml_type weight_type(const std::string & name) {
 
 // The one-op graph of matmul() (graph.h: the quantized matmul or ggml's mul_mat, as the matmul
 // path says) for quantized rows w [N, row bytes] and x [M, K]; `copies` > 1 multiplies as many
-// copies of w (so that a benchmark's weights come from memory, not from the cache).
+// copies of w (so that a benchmark's weights come from memory, not from the cache). With `pack`,
+// Q8_0 weights are packed as a model's are (ops/qmatmul.h): always for the direct quantized
+// matmul (Error where they cannot be), where the native path would otherwise.
 std::vector<ggml_tensor *> matmul_graph(OneOp & op, const Bytes & w, const std::string & type_name, const Floats & x,
-                                        bool direct = false, int copies = 1, bool huge_pages = false) {
+                                        bool direct = false, int copies = 1, bool huge_pages = false,
+                                        bool pack = false) {
     const ggml_type type = weight_type(type_name);
     const int64_t K = shape(x, "x", {-1, -1})[1], block = ggml_blck_size(type);
     if (K % block != 0) {
@@ -325,24 +338,34 @@ std::vector<ggml_tensor *> matmul_graph(OneOp & op, const Bytes & w, const std::
     for (int i = 0; i < copies; ++i) ws.push_back(op.input_raw(type, K, w.shape(0), w));
     ggml_tensor * xt = op.input(x, {x.shape(0), K});
     op.allocate(huge_pages);
+    for (ggml_tensor * wt : ws) {
+        if (!pack || (!direct && (matmul_path() != MatmulPath::native || !qmatmul_packs(wt)))) continue;
+        if (!qmatmul_packs(wt)) {
+            throw Error(format("packed: %s weights cannot be packed (Q8_0 only, on an x86 CPU with AVX-512 VNNI)",
+                               type_name.c_str()));
+        }
+        op.fill_now(wt);
+        qmatmul_pack(wt);
+    }
     std::vector<ggml_tensor *> outs;
     for (ggml_tensor * wt : ws) outs.push_back(direct ? qmatmul(op.ctx(), wt, xt) : matmul(op.ctx(), wt, xt));
     return outs;
 }
 
-py::array_t<float> run_matmul(const Bytes & w, const std::string & type, const Floats & x, int n_threads, bool direct) {
+py::array_t<float> run_matmul(const Bytes & w, const std::string & type, const Floats & x, int n_threads, bool direct,
+                              bool packed) {
     check_threads(n_threads);
     OneOp op;
-    return op.run(matmul_graph(op, w, type, x, direct).front(), n_threads);
+    return op.run(matmul_graph(op, w, type, x, direct, 1, false, packed).front(), n_threads);
 }
 
 std::vector<double> time_matmul(const Bytes & w, const std::string & type, const Floats & x, int n_threads, int repeats,
-                                int copies, bool huge_pages) {
+                                int copies, bool huge_pages, bool packed) {
     check_threads(n_threads);
     if (repeats < 1) throw Error(format("repeats must be at least 1, got %d", repeats));
     if (copies < 1 || copies > 1024) throw Error(format("copies must be between 1 and 1024, got %d", copies));
     OneOp op(copies + 2);
-    return op.time(matmul_graph(op, w, type, x, false, copies, huge_pages), n_threads, repeats);
+    return op.time(matmul_graph(op, w, type, x, false, copies, huge_pages, packed), n_threads, repeats);
 }
 
 }  // namespace
@@ -377,23 +400,28 @@ void qtts::bind_ops(py::module_ & mod) {
     m.def(
         "matmul",
         [](const Bytes & w, const std::string & type, const Floats & x, int n_threads) {
-            return run_matmul(w, type, x, n_threads, false);
+            return run_matmul(w, type, x, n_threads, false, false);
         },
         py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(), py::arg("n_threads") = 1,
         "y [M, N] = x [M, K] times the rows of w [N, row bytes] (type q8_0, q4_k or q6_k), through matmul() "
         "as the models build it (see set_matmul_path).");
     m.def(
         "qmatmul",
-        [](const Bytes & w, const std::string & type, const Floats & x, int n_threads) {
-            return run_matmul(w, type, x, n_threads, true);
+        [](const Bytes & w, const std::string & type, const Floats & x, int n_threads, bool packed) {
+            return run_matmul(w, type, x, n_threads, true, packed);
         },
-        py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(), py::arg("n_threads") = 1,
-        "As matmul, always through the quantized matmul's kernel for the SIMD path in effect.");
+        py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(), py::arg("n_threads") = 1, py::arg("packed") = false,
+        "As matmul, always through the quantized matmul's kernel for the SIMD path in effect; packed: with the "
+        "Q8_0 weights packed first, as a model's are on a CPU with AVX-512 VNNI (ValueError where they cannot be).");
+    m.def("q8_0_packs", &qmatmul_packs_q8_0,
+          "Whether this CPU packs Q8_0 weights for the quantized matmul (x86 with AVX-512 VNNI).");
     m.def("time_matmul", &time_matmul, py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(),
           py::arg("n_threads") = 1, py::arg("repeats") = 10, py::arg("copies") = 1, py::arg("huge_pages") = true,
+          py::arg("packed") = true,
           "Seconds per computation of matmul(w, type, x) over `copies` copies of w, `repeats` times after a "
           "warm-up run (benchmarks); the weights in transparent huge pages where the OS has them, as a "
-          "model's streamed weights, unless huge_pages is False.");
+          "model's streamed weights, unless huge_pages is False, and packed where a model's would be unless "
+          "packed is False.");
     m.def("get_matmul_path", []() { return std::string(matmul_path() == MatmulPath::ggml ? "ggml" : "native"); },
           "The kernels graphs are built with: 'native' (the quantized matmul where it applies) or 'ggml'.");
     m.def(

@@ -1,5 +1,7 @@
 #include "ops/qmatmul.h"
 
+#include "ggml-backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -144,6 +146,31 @@ void q8_0_scalar(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1)
     }
 }
 
+// The packed layout's values read back in block order: q8_0_scalar's operations exactly.
+void q8_0_packed_scalar(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    const int64_t nb = t.K / 32;
+    for (int64_t n = n0; n < n1; ++n) {
+        const uint8_t * w = t.w + n * t.wrow;
+        for (int64_t m = m0; m < m1; ++m) {
+            const auto * q = reinterpret_cast<const int8_t *>(t.xq + m * t.xcol);
+            const auto * d = reinterpret_cast<const float *>(q + t.K);
+            float acc = 0.0f;
+            for (int64_t j = 0; j < nb; ++j) {
+                const int64_t j0 = j / kPackGroup * kPackGroup, G = std::min(kPackGroup, nb - j0), b = j - j0;
+                const uint8_t * g = w + 34 * j0;
+                int s = 0;
+                for (int i = 0; i < 32; ++i) {
+                    s += static_cast<int8_t>(g[4 * G * (i / 4) + 4 * b + i % 4] ^ 0x80) * q[32 * j + i];
+                }
+                uint16_t h;
+                std::memcpy(&h, g + 32 * G + 2 * b, sizeof h);
+                acc += half_to_float(h) * d[j] * static_cast<float>(s);
+            }
+            t.y[m * t.ldy + n] = acc;
+        }
+    }
+}
+
 void q4_k_scalar(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
     const int64_t nb = t.K / 256;
     for (int64_t n = n0; n < n1; ++n) {
@@ -234,8 +261,14 @@ bool format_of(ggml_type type, Format & f) {
     }
 }
 
-Choice choose(Format f, [[maybe_unused]] SimdPath path) {
+Choice choose(Format f, [[maybe_unused]] SimdPath path, bool packed = false) {
     static constexpr KernelFn scalar[] = {q8_0_scalar, q4_k_scalar, q6_k_scalar};
+    if (packed) {
+#ifdef QTTS_QMM_X86
+        if (path >= SimdPath::avx512 && cpu_has_vnni()) return {f, Kernel::vnni, q8_0_packed_vnni};
+#endif
+        return {f, Kernel::scalar, q8_0_packed_scalar};
+    }
 #ifdef QTTS_QMM_X86
     static constexpr KernelFn vnni[] = {q8_0_vnni, q4_k_vnni, q6_k_vnni};
     if (path >= SimdPath::avx512 && cpu_has_vnni()) return {f, Kernel::vnni, vnni[static_cast<int>(f)]};
@@ -262,7 +295,7 @@ void qmatmul_op(ggml_tensor * dst, int ith, int nth, void *) {
     if (n0 >= n1) return;
     Format f = Format::q8_0;
     format_of(w->type, f);
-    const Choice c = choose(f, simd_path());
+    const Choice c = choose(f, simd_path(), qmatmul_packed(w));
     // every thread quantizes all columns itself: ggml gives custom ops no barrier, and this is
     // cheap next to the weights it then reads
     const size_t xcol = column_bytes(f, c.kernel, K);
@@ -277,7 +310,63 @@ void qmatmul_op(ggml_tensor * dst, int ith, int nth, void *) {
     for (int64_t m0 = 0; m0 < M; m0 += kColumnGroup) c.fn(t, n0, n1, m0, std::min(M, m0 + kColumnGroup));
 }
 
+// Marks a packed weight (ggml_tensor::extra, which the CPU backend leaves to its owner).
+const char kPackedTag = 0;
+
+// One row's groups of blocks into the packed layout (qmatmul_impl.h), in place.
+void pack_q8_0_row(uint8_t * row, int64_t K) {
+    const int64_t nb = K / 32;
+    int64_t j0 = 0;
+#ifdef QTTS_QMM_X86
+    pack_q8_0_groups(row, nb / kPackGroup);  // the same bytes as below, at memory speed
+    j0 = nb / kPackGroup * kPackGroup;
+#endif
+    uint8_t tmp[34 * kPackGroup];
+    for (; j0 < nb; j0 += kPackGroup) {
+        const int64_t G = std::min(kPackGroup, nb - j0);
+        uint8_t * g = row + 34 * j0;
+        std::memcpy(tmp, g, static_cast<size_t>(34 * G));
+        for (int64_t b = 0; b < G; ++b) {
+            const uint8_t * block = tmp + 34 * b;
+            std::memcpy(g + 32 * G + 2 * b, block, 2);
+            for (int v = 0; v < 8; ++v) {
+                uint32_t u;
+                std::memcpy(&u, block + 2 + 4 * v, 4);
+                u ^= 0x80808080u;
+                std::memcpy(g + 4 * G * v + 4 * b, &u, 4);
+            }
+        }
+    }
+}
+
 }  // namespace
+
+bool qmatmul_packed(const ggml_tensor * w) { return w->extra == &kPackedTag; }
+
+bool qmatmul_packs_q8_0() {
+#ifdef QTTS_QMM_X86
+    return cpu_has_vnni();
+#else
+    return false;
+#endif
+}
+
+bool qmatmul_packs(const ggml_tensor * w) {
+#ifdef QTTS_QMM_X86
+    return w->type == GGML_TYPE_Q8_0 && cpu_has_vnni() && w->data && w->buffer && ggml_backend_buffer_is_host(w->buffer) &&
+           ggml_is_contiguous(w) && w->ne[2] == 1 && w->ne[3] == 1 && w->ne[0] % 32 == 0 && !w->extra;
+#else
+    (void)w;
+    return false;
+#endif
+}
+
+void qmatmul_pack(ggml_tensor * w) {
+    if (!qmatmul_packs(w)) fail("qmatmul_pack: weight '%s' cannot be packed", w->name);
+    auto * data = static_cast<uint8_t *>(w->data);
+    for (int64_t n = 0; n < w->ne[1]; ++n) pack_q8_0_row(data + n * w->nb[1], w->ne[0]);
+    w->extra = const_cast<char *>(&kPackedTag);
+}
 
 bool qmatmul_supports(ggml_type type) {
     Format f;

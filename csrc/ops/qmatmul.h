@@ -29,4 +29,18 @@ bool qmatmul_vectorized(ggml_type type);
 // Q8_0 kernels (with or without the dot-product extension) give the scalar kernel's result.
 ggml_tensor * qmatmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
 
+// Packed Q8_0 (docs/kernels.md, "Packed Q8_0"): the VNNI kernel transposes each 16 blocks of a
+// row in registers, most of its work per weight byte; a weight packed once at load is read in that
+// order directly, same size, same results bit for bit. Only qmatmul() reads a packed weight, so
+// matmul() sends it there whatever the matmul path.
+//
+// Whether this CPU packs Q8_0 weights: x86 with AVX-512 VNNI. Where the SIMD path in effect is
+// lower (tests), packed weights take the plain C++ kernel, with its results bit for bit.
+bool qmatmul_packs_q8_0();
+// Whether `w` can be packed: Q8_0 in host memory, contiguous, not packed yet, on such a CPU.
+bool qmatmul_packs(const ggml_tensor * w);
+// Packs `w` in place (Error where qmatmul_packs is false) and marks it (ggml_tensor::extra).
+void qmatmul_pack(ggml_tensor * w);
+bool qmatmul_packed(const ggml_tensor * w);
+
 }  // namespace qtts

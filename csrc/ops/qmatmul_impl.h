@@ -28,6 +28,12 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(Bloc
 enum class Format { q8_0, q4_k, q6_k };
 enum class Kernel { scalar, avx2, vnni, neon };
 
+// Packed Q8_0 weights (qmatmul_pack): per row, each group of G = 16 blocks (a last one of fewer)
+// in the same 34 G bytes as ggml's blocks, as the VNNI kernel uses them: 8 x 4G bytes, part v
+// holding bytes 4v..4v+3 of each block's values xor 0x80 (block i at 4i..4i+3), then the G half
+// scales.
+constexpr int64_t kPackGroup = 16;  // blocks
+
 // Quantized activation columns, one per column of x, each starting on a 64-byte line:
 //   Q8_0, scalar/avx2/neon: int8 q[K], float d[K/32]
 //   Q8_0, vnni: per group of 16 blocks (a last group padded with zero blocks) 640 bytes: 8 x 64
@@ -54,6 +60,7 @@ struct Task {
 using KernelFn = void (*)(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1);
 
 void q8_0_scalar(const Task &, int64_t, int64_t, int64_t, int64_t);
+void q8_0_packed_scalar(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q4_k_scalar(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q6_k_scalar(const Task &, int64_t, int64_t, int64_t, int64_t);
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -61,6 +68,9 @@ void q6_k_scalar(const Task &, int64_t, int64_t, int64_t, int64_t);
 bool cpu_has_vnni();  // AVX-512 F, VL, BW, DQ and VNNI
 void q8_0_avx2(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q8_0_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
+void q8_0_packed_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
+// The first `groups` whole groups of a Q8_0 row into the packed layout, in place (AVX-512).
+void pack_q8_0_groups(uint8_t * row, int64_t groups);
 void q4_k_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q6_k_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
 // quantize_column's block rounding (n = 32 or 256 values) with AVX-512, the same operations lane

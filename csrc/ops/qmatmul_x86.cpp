@@ -10,6 +10,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 #define QTTS_QMM_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define QTTS_QMM_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")))
 
@@ -198,6 +200,51 @@ template <int R, int C> struct Q8Vnni {
     }
 };
 
+// Q8_0 packed (qmatmul_impl.h): the groups already in load_transposed's registers' order, so the
+// weights cost 9 loads per 16 blocks instead of a transpose; a last group of fewer blocks is read
+// with masks, its missing lanes zero as Q8Vnni's padding makes them. The arithmetic is Q8Vnni's,
+// so the results are bit for bit the same.
+template <int R, int C> struct Q8VnniPacked {
+    QTTS_QMM_VNNI static void run(const Task & t, int64_t n, int64_t m) {
+        const int64_t nb = t.K / 32, ng = (nb + kPackGroup - 1) / kPackGroup;
+        const uint8_t * w[R];
+        const uint8_t * x[C];
+        for (int r = 0; r < R; ++r) w[r] = t.w + (n + r) * t.wrow;
+        for (int c = 0; c < C; ++c) x[c] = col(t, m + c);
+        __m512 acc[R][C];
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+        for (int64_t gi = 0; gi < ng; ++gi) {
+            const int64_t G = std::min<int64_t>(kPackGroup, nb - kPackGroup * gi);
+            __m512i v[R][8];
+            __m512 sw[R];
+            for (int r = 0; r < R; ++r) {
+                const uint8_t * src = w[r] + 34 * kPackGroup * gi;
+                if (G == kPackGroup) {
+                    for (int g = 0; g < 8; ++g) v[r][g] = _mm512_loadu_si512(src + 64 * g);
+                    sw[r] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + 512)));
+                } else {
+                    const __mmask64 bytes = _cvtu64_mask64((uint64_t{1} << (4 * G)) - 1);
+                    for (int g = 0; g < 8; ++g) v[r][g] = _mm512_maskz_loadu_epi8(bytes, src + 4 * G * g);
+                    sw[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << G) - 1), src + 32 * G));
+                }
+            }
+            for (int c = 0; c < C; ++c) {
+                const uint8_t * xg = x[c] + 640 * gi;
+                const __m512i bias = _mm512_load_si512(xg + 512);
+                const __m512 dx = _mm512_load_ps(xg + 576);
+                for (int r = 0; r < R; ++r) {
+                    __m512i s = bias;
+                    for (int g = 0; g < 8; ++g) s = _mm512_dpbusd_epi32(s, v[r][g], _mm512_load_si512(xg + 64 * g));
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sw[r], dx), acc[r][c]);
+                }
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) t.y[(m + c) * t.ldy + n + r] = _mm512_reduce_add_ps(acc[r][c]);
+    }
+};
+
 // Q4_K's 8 scales and 8 mins (6 bits each) as two little-endian 8-byte words.
 inline void q4_k_unpack(const uint8_t * s, uint64_t & sc, uint64_t & mn) {
     uint32_t u[3];
@@ -334,6 +381,19 @@ template <int R, int C> struct Q6kVnni {
 
 }  // namespace
 
+QTTS_QMM_VNNI void pack_q8_0_groups(uint8_t * row, int64_t groups) {
+    for (int64_t gi = 0; gi < groups; ++gi) {
+        uint8_t * g = row + 34 * kPackGroup * gi;
+        __m512i v[8];
+        __m512 unused;
+        load_transposed(g, v, unused);
+        uint16_t d[kPackGroup];
+        for (int64_t b = 0; b < kPackGroup; ++b) __builtin_memcpy(d + b, g + 34 * b, 2);
+        for (int k = 0; k < 8; ++k) _mm512_storeu_si512(g + 64 * k, v[k]);
+        __builtin_memcpy(g + 512, d, sizeof d);
+    }
+}
+
 QTTS_QMM_VNNI float quantize_block_avx512(const float * x, int n, int8_t * q, int32_t * sums16) {
     __m512 amax = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
@@ -352,6 +412,9 @@ QTTS_QMM_VNNI float quantize_block_avx512(const float * x, int n, int8_t * q, in
 
 void q8_0_avx2(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<2, 2, Q8Avx2>(t, n0, n1, m0, m1); }
 void q8_0_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 8, Q8Vnni>(t, n0, n1, m0, m1); }
+void q8_0_packed_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    tiles<1, 8, Q8VnniPacked>(t, n0, n1, m0, m1);
+}
 void q4_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q4kVnni>(t, n0, n1, m0, m1); }
 void q6_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q6kVnni>(t, n0, n1, m0, m1); }
 

@@ -429,6 +429,11 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
 
 size_t GgufFile::huge_page_bytes() const { return huge_ ? huge_->size() : 0; }
 
+bool GgufFile::in_huge_pages(const ggml_tensor * t) const {
+    const auto * p = static_cast<const uint8_t *>(t->data);
+    return huge_ && p && p >= huge_->data() && p + ggml_nbytes(t) <= huge_->data() + huge_->size();
+}
+
 ggml_backend_buffer_t GgufFile::read_into_huge_pages(ggml_backend_dev_t cpu, const std::set<std::string> & names) {
     GgmlErrorCapture log;
     constexpr size_t kAlign = 64;

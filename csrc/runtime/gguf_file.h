@@ -70,6 +70,9 @@ public:
                                              const std::set<std::string> & huge_pages = {});
     // Bytes of weights place() read into huge pages.
     size_t huge_page_bytes() const;
+    // Whether place() read `t` into huge pages: memory of this process's own, which may be
+    // rewritten (a mapped tensor is the file's read-only pages).
+    bool in_huge_pages(const ggml_tensor * t) const;
 
     ggml_context * meta() const { return meta_; }
 

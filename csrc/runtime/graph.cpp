@@ -37,6 +37,7 @@ MatmulPath matmul_path() { return current_matmul_path().load(std::memory_order_r
 void set_matmul_path(MatmulPath path) { current_matmul_path().store(path, std::memory_order_relaxed); }
 
 ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+    if (qmatmul_packed(w)) return qmatmul(ctx, w, x);  // only it reads packed weights
     // the quantized matmul reads host memory only; shapes it does not take (batched 3-D
     // activations, strided columns) stay with ggml
     if (matmul_path() == MatmulPath::native && qmatmul_vectorized(w->type) && w->buffer &&

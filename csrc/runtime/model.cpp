@@ -4,8 +4,10 @@
 #include <cctype>
 #include <set>
 
+#include "ops/qmatmul.h"
 #include "runtime/error.h"
 #include "runtime/gguf_file.h"
+#include "runtime/graph.h"
 #include "runtime/metadata.h"
 #include "runtime/names.h"
 
@@ -125,6 +127,16 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
         return false;
     }, streamed);
     huge_page_bytes = f.huge_page_bytes();
+    // Q8_0 matrices in memory of our own are packed for the quantized matmul (ops/qmatmul.h) when
+    // graphs are built with it; a mapped file's pages stay as they are.
+    if (ops == OpsPath::native && matmul_path() == MatmulPath::native) {
+        for (const std::string & name : streamed) {
+            ggml_tensor * w = ggml_get_tensor(f.meta(), name.c_str());
+            if (!f.in_huge_pages(w) || !qmatmul_packs(w)) continue;
+            qmatmul_pack(w);
+            packed_bytes += ggml_nbytes(w);
+        }
+    }
     if (ops == OpsPath::portable) conv_weights.build(convs, device);
     for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);
     if (huge_page_bytes > 0) {  // the file mapping spans them too, unread

@@ -78,6 +78,7 @@ public:
     std::map<std::string, std::string> component_devices;
     size_t weight_bytes = 0;     // all weight buffers, conv_weights included
     size_t huge_page_bytes = 0;  // of which read into huge pages
+    size_t packed_bytes = 0;     // of which packed for the quantized matmul (ops/qmatmul.h)
 
     // The loaded weights whose names start with `prefix`, in file order.
     std::vector<const ggml_tensor *> tensors(const std::string & prefix) const;

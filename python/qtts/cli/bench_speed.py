@@ -129,7 +129,8 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
     m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False, vocoder_threads=vocoder_threads,
                    huge_pages=huge_pages)
     load_s = time.perf_counter() - t0
-    r: dict[str, Any] = {"load_s": load_s, "huge_page_mb": m.engine.huge_page_bytes / 1e6}
+    r: dict[str, Any] = {"load_s": load_s, "huge_page_mb": m.engine.huge_page_bytes / 1e6,
+                         "packed_mb": m.engine.packed_bytes / 1e6}
     if m.variant == "base":
         create_voice(m, _clip(2.0), None, True, None)  # warm-up: page in the encoders
         voice, ct = create_voice(m, _clip(30.0), None, True, None)
@@ -208,7 +209,8 @@ def run_speed(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_speed(r: dict[str, Any]) -> str:
-    keys = [("load_s", "load s", 2), ("huge_page_mb", "huge-page MB", 0), ("prefill_ms", "prefill ms", 0), ("talker_ms_per_frame", "talker ms/f", 1),
+    keys = [("load_s", "load s", 2), ("huge_page_mb", "huge-page MB", 0), ("packed_mb", "packed MB", 0),
+            ("prefill_ms", "prefill ms", 0), ("talker_ms_per_frame", "talker ms/f", 1),
             ("predictor_ms_per_frame", "predictor ms/f", 1), ("generation_ms_per_frame", "generation ms/f", 1),
             ("vocoder_ms_per_frame", "vocoder ms/f", 1), ("time_to_first_audio_ms", "first audio ms", 0),
             ("rtf", "RTF", 2), ("speaker_encode_30s_ms", "spk enc 30 s ms", 0), ("peak_rss_mb", "peak RSS MB", 0)]

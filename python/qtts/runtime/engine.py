@@ -137,6 +137,11 @@ class Engine:
         return int(self._model.huge_page_bytes)
 
     @property
+    def packed_bytes(self) -> int:
+        """Bytes of Q8_0 weights packed at load for the quantized matmul (docs/kernels.md, "Packed Q8_0")."""
+        return int(self._model.packed_bytes)
+
+    @property
     def portable_weight_bytes(self) -> int:
         return int(self._model.portable_weight_bytes)
 
