@@ -267,8 +267,8 @@ QTTS_QMM_VNNI inline __m512i pick16(int a, int b) {
 // Q4_K, VNNI, one row: the nibbles are unsigned for vpmaddubsw; vpdpwssd weights the pair sums
 // with the sub-block scales; the mins meet the columns' per-32 sums in a second accumulator.
 template <int R, int C> struct Q4kVnni {
-    static_assert(R == 1, "one row at a time");
-    QTTS_QMM_VNNI static void run(const Task & t, int64_t n, int64_t m) {
+    static_assert(R == 1, "one row at a time (rows16)");
+    QTTS_QMM_VNNI static void run(const Task & t, int64_t n, int64_t m, __m512 out[C]) {
         const int64_t nb = t.K / 256;
         const BlockQ4_K * w = row<BlockQ4_K>(t, n);
         const int8_t * xq[C];
@@ -313,19 +313,15 @@ template <int R, int C> struct Q4kVnni {
                 accm[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(mm), _mm_set1_ps(dmin * dx), accm[c]);
             }
         }
-        for (int c = 0; c < C; ++c) {
-            __m128 h = _mm_add_ps(accm[c], _mm_movehl_ps(accm[c], accm[c]));
-            h = _mm_add_ss(h, _mm_movehdup_ps(h));
-            t.y[(m + c) * t.ldy + n] = _mm512_reduce_add_ps(acc[c]) - _mm_cvtss_f32(h);
-        }
+        for (int c = 0; c < C; ++c) out[c] = _mm512_sub_ps(acc[c], _mm512_zextps128_ps512(accm[c]));
     }
 };
 
 // Q6_K, VNNI, one row: the 6-bit values unsigned (q + 32) for vpmaddubsw, weighted with the
 // 16 sub-block scales by vpdpwssd, minus 32 * scale * the columns' per-16 sums.
 template <int R, int C> struct Q6kVnni {
-    static_assert(R == 1, "one row at a time");
-    QTTS_QMM_VNNI static void run(const Task & t, int64_t n, int64_t m) {
+    static_assert(R == 1, "one row at a time (rows16)");
+    QTTS_QMM_VNNI static void run(const Task & t, int64_t n, int64_t m, __m512 out[C]) {
         const int64_t nb = t.K / 256;
         const BlockQ6_K * w = row<BlockQ6_K>(t, n);
         const int8_t * xq[C];
@@ -377,9 +373,69 @@ template <int R, int C> struct Q6kVnni {
                 acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(d * xd[c][j]), acc[c]);
             }
         }
-        for (int c = 0; c < C; ++c) t.y[(m + c) * t.ldy + n] = _mm512_reduce_add_ps(acc[c]);
+        for (int c = 0; c < C; ++c) out[c] = acc[c];
     }
 };
+
+// Lane r of the result = the sum of v[r]'s 16 lanes, by the same tree for every r (so a row's
+// result does not depend on the rows beside it): two vectors' halves, then quarters, then lane
+// pairs combined per step, and one permute back to row order. 46 instructions for 16 rows, where
+// a reduction per row took about 10 and ended each row on a dependency chain.
+QTTS_QMM_VNNI inline __m512 sum16(const __m512 v[16]) {
+    __m512 a[8], b[4], c[2];
+    for (int k = 0; k < 8; ++k) {
+        a[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));  // rows 2k, 2k+1: 8 lanes each
+    }
+    for (int k = 0; k < 4; ++k) {
+        b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD));  // rows 4k..4k+3: a quarter each
+    }
+    for (int k = 0; k < 2; ++k) {
+        c[k] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0x88), _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0xDD));
+    }
+    const __m512 d = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+    // lane 4q + s now holds row q + 4s
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(order, d);
+}
+
+// Up to 16 rows from n by columns [m, m + C) of one-row tiles, their accumulators summed together.
+template <int C, template <int, int> class Tile>
+QTTS_QMM_VNNI void rows_of_16(const Task & t, int64_t n, int rows, int64_t m) {
+    alignas(64) __m512 acc[C][16];
+    for (int r = 0; r < 16; ++r) {
+        __m512 out[C];
+        if (r < rows) {
+            Tile<1, C>::run(t, n + r, m, out);
+        } else {
+            for (int c = 0; c < C; ++c) out[c] = _mm512_setzero_ps();
+        }
+        for (int c = 0; c < C; ++c) acc[c][r] = out[c];
+    }
+    const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
+    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(t.y + (m + c) * t.ldy + n, keep, sum16(acc[c]));
+}
+
+// Rows [n0, n1) x columns [m0, m1): per 16 rows, column tiles of up to CMAX (the rows stay in L1).
+template <int CMAX, template <int, int> class Tile>
+void rows16(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    for (int64_t n = n0; n < n1; n += 16) {
+        const int rows = static_cast<int>(std::min<int64_t>(16, n1 - n));
+        int64_t m = m0;
+        for (; m + CMAX <= m1; m += CMAX) rows_of_16<CMAX, Tile>(t, n, rows, m);
+        switch (m1 - m) {
+            case 7: if constexpr (CMAX > 7) rows_of_16<7, Tile>(t, n, rows, m); break;
+            case 6: if constexpr (CMAX > 6) rows_of_16<6, Tile>(t, n, rows, m); break;
+            case 5: if constexpr (CMAX > 5) rows_of_16<5, Tile>(t, n, rows, m); break;
+            case 4: if constexpr (CMAX > 4) rows_of_16<4, Tile>(t, n, rows, m); break;
+            case 3: if constexpr (CMAX > 3) rows_of_16<3, Tile>(t, n, rows, m); break;
+            case 2: if constexpr (CMAX > 2) rows_of_16<2, Tile>(t, n, rows, m); break;
+            case 1: rows_of_16<1, Tile>(t, n, rows, m); break;
+            default: break;
+        }
+    }
+}
 
 }  // namespace
 
@@ -417,8 +473,8 @@ void q8_0_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
 void q8_0_packed_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
     tiles<1, 8, Q8VnniPacked>(t, n0, n1, m0, m1);
 }
-void q4_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q4kVnni>(t, n0, n1, m0, m1); }
-void q6_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 4, Q6kVnni>(t, n0, n1, m0, m1); }
+void q4_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { rows16<4, Q4kVnni>(t, n0, n1, m0, m1); }
+void q6_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { rows16<4, Q6kVnni>(t, n0, n1, m0, m1); }
 
 }  // namespace qtts::qmm
 
