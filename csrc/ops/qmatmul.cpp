@@ -112,8 +112,10 @@ void quantize_column(Format f, Kernel k, const float * x, int64_t K, uint8_t * o
     auto * sums = reinterpret_cast<int16_t *>(out + K + 4 * nb);
     int8_t q[256];
     int32_t s16[16];
-    static constexpr int kOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-    const bool permute = f == Format::q4_k && k == Kernel::vnni;
+    // The vnni Q4_K kernel's order (qmatmul_impl.h): 64-value vectors pairing sub-blocks (0 2)
+    // (1 3) (4 6) (5 7), interleaved by value pairs.
+    static constexpr int kPairs[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+    const bool vnni_q4 = f == Format::q4_k && k == Kernel::vnni;
     for (int64_t j = 0; j < nb; ++j) {
         d[j] = quantize_sums(k, x + 256 * j, 256, q, s16);
         // per 32 values for Q4_K (8 used), per 16 for Q6_K
@@ -122,7 +124,15 @@ void quantize_column(Format f, Kernel k, const float * x, int64_t K, uint8_t * o
             sums[16 * j + s] = static_cast<int16_t>(v);
         }
         int8_t * dst = reinterpret_cast<int8_t *>(out + 256 * j);
-        for (int s = 0; s < 8; ++s) std::memcpy(dst + 32 * s, q + 32 * (permute ? kOrder[s] : s), 32);
+        if (!vnni_q4) {
+            std::memcpy(dst, q, 256);
+            continue;
+        }
+        for (int v = 0; v < 4; ++v) {
+            for (int i = 0; i < 16; ++i) {
+                for (int h = 0; h < 2; ++h) std::memcpy(dst + 64 * v + 4 * i + 2 * h, q + 32 * kPairs[v][h] + 2 * i, 2);
+            }
+        }
     }
 }
 

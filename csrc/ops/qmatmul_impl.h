@@ -42,7 +42,8 @@ constexpr int64_t kPackGroup = 16;  // blocks
 //     16 block scales
 //   K-quants: int8 q[K], float d[K/256], int16 sums[K/256][16]: per 32 values (Q4_K, 8 used)
 //     or per 16 (Q6_K). The vnni Q4_K kernel reads q in the order of its nibble unpacking: per
-//     256-block the sub-blocks of 32 as 0 2 1 3 4 6 5 7.
+//     256-block four 64-byte vectors pairing sub-blocks (0 2) (1 3) (4 6) (5 7), bytes 4i, 4i+1
+//     values 2i, 2i+1 of the first and bytes 4i+2, 4i+3 those of the second.
 size_t column_bytes(Format f, Kernel k, int64_t K);
 void quantize_column(Format f, Kernel k, const float * x, int64_t K, uint8_t * out);
 

@@ -292,14 +292,23 @@ inline void q4_k_unpack(const uint8_t * s, uint64_t & sc, uint64_t & mn) {
     mn = (u[1] & low6) | static_cast<uint64_t>(mn_hi) << 32;
 }
 
-// 32 int16 lanes, 16 from sub-block a then 16 from b: index vectors for vpermw.
-QTTS_QMM_VNNI inline __m512i pick16(int a, int b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(a))),
-                              _mm256_set1_epi16(static_cast<short>(b)), 1);
-}
+// Word lane 2i of the result = word i of the input, lane 2i + 1 = word 16 + i: a 64-byte half of
+// a Q4_K block's values with its two 32-byte halves interleaved by byte pairs.
+struct InterleaveIndex {
+    alignas(64) int16_t v[32];
+    constexpr InterleaveIndex() : v() {
+        for (int i = 0; i < 32; ++i) v[i] = static_cast<int16_t>(16 * (i & 1) + (i >> 1));
+    }
+};
+constexpr InterleaveIndex kInterleave;
 
-// Q4_K, VNNI, one row: the nibbles are unsigned for vpmaddubsw; vpdpwssd weights the pair sums
-// with the sub-block scales; the mins meet the columns' per-32 sums in a second accumulator.
+// Q4_K, VNNI, one row. Each 64-byte half of the values is interleaved by byte pairs (one vpermw),
+// so the low nibbles hold two sub-blocks in alternate word lanes (0 and 2; 1 and 3 in the high
+// nibbles; 4 to 7 likewise in the second half), as the columns are laid out (qmatmul_impl.h).
+// vpmaddubsw sums value pairs; vpdpwssd weights each word lane by its sub-block's scale, which
+// for alternate lanes is one dword (scale a | scale b << 16) broadcast from memory: the scales
+// cost scalar masks and no vector shuffles (docs/kernels.md, "Quantized matmul"). The mins meet
+// the columns' per-32 sums in a second accumulator.
 template <int R, int C> struct Q4kVnni {
     static_assert(R == 1, "one row at a time (rows16)");
     QTTS_QMM_VNNI static void run(const Task & t, int64_t n, int64_t m, __m512 out[C]) {
@@ -319,33 +328,40 @@ template <int R, int C> struct Q4kVnni {
             acc[c] = _mm512_setzero_ps();
             accm[c] = _mm_setzero_ps();
         }
-        // vector k holds sub-blocks (0 2) (1 3) (4 6) (5 7), the columns' order
-        const __m512i idx[4] = {pick16(0, 2), pick16(1, 3), pick16(4, 6), pick16(5, 7)};
+        const __m512i pairs = _mm512_load_si512(kInterleave.v);
         const __m512i low4 = _mm512_set1_epi8(0x0F);
+        constexpr uint64_t kEven = 0x00FF00FF00FF00FFull;
         for (int64_t j = 0; j < nb; ++j) {
             const BlockQ4_K & b = w[j];
             prefetch_span(&b, sizeof b, kKQuantAhead);
             uint64_t sc8, mn8;
             q4_k_unpack(b.scales, sc8, mn8);
-            const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc8))));
-            const __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mn8)));
-            const __m512i v0 = _mm512_loadu_si512(b.qs), v1 = _mm512_loadu_si512(b.qs + 64);
+            // dwords: scales (0 2) (4 6) (1 3) (5 7)
+            alignas(16) uint64_t sm[2] = {sc8 & kEven, (sc8 >> 8) & kEven};
+            __asm__("" : "+m"(sm));  // broadcast from memory (a load) rather than from a register (a shuffle)
+            const auto * s32 = reinterpret_cast<const int32_t *>(sm);
+            const __m512i v0 = _mm512_permutexvar_epi16(pairs, _mm512_loadu_si512(b.qs));
+            const __m512i v1 = _mm512_permutexvar_epi16(pairs, _mm512_loadu_si512(b.qs + 64));
             const __m512i q[4] = {_mm512_and_si512(v0, low4), _mm512_and_si512(_mm512_srli_epi16(v0, 4), low4),
                                   _mm512_and_si512(v1, low4), _mm512_and_si512(_mm512_srli_epi16(v1, 4), low4)};
-            __m512i s[4];
-            for (int k = 0; k < 4; ++k) s[k] = _mm512_permutexvar_epi16(idx[k], sc);
-            const float d = _cvtsh_ss(b.d), dmin = _cvtsh_ss(b.dmin);
+            static constexpr int kScale[4] = {0, 2, 1, 3};  // q[k]'s dword in sm
+            uint32_t dd;
+            __builtin_memcpy(&dd, &b.d, 4);  // d, dmin
+            const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));
+            const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mn8)));
             for (int c = 0; c < C; ++c) {
                 const int8_t * x = xq[c] + 256 * j;
                 __m512i sum = _mm512_setzero_si512();
                 for (int k = 0; k < 4; ++k) {
                     const __m512i p = _mm512_maddubs_epi16(q[k], _mm512_load_si512(x + 64 * k));
-                    sum = _mm512_dpwssd_epi32(sum, p, s[k]);
+                    sum = _mm512_dpwssd_epi32(sum, p, _mm512_set1_epi32(s32[kScale[k]]));
                 }
-                const float dx = xd[c][j];
-                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(d * dx), acc[c]);
-                const __m128i mm = _mm_madd_epi16(mn, _mm_loadu_si128(reinterpret_cast<const __m128i *>(xs[c] + 16 * j)));
-                accm[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(mm), _mm_set1_ps(dmin * dx), accm[c]);
+                alignas(16) float dmx[4];  // d * dx, dmin * dx, broadcast from memory likewise
+                _mm_store_ps(dmx, _mm_mul_ps(dm, _mm_set1_ps(xd[c][j])));
+                __asm__("" : "+m"(dmx));
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(dmx[0]), acc[c]);
+                const __m128i mm = _mm_madd_epi16(mins, _mm_loadu_si128(reinterpret_cast<const __m128i *>(xs[c] + 16 * j)));
+                accm[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(mm), _mm_set1_ps(dmx[1]), accm[c]);
             }
         }
         for (int c = 0; c < C; ++c) out[c] = _mm512_sub_ps(acc[c], _mm512_zextps128_ps512(accm[c]));
