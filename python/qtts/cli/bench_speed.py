@@ -38,10 +38,16 @@ def stream_bandwidth(threads: int) -> dict[str, float]:
 
 
 def frame_bytes(tensors: list[tuple[str, str, int]], hparams: dict[str, dict], context: float) -> float:
-    """Bytes one generated frame reads: the talker's layers and codec head once, the code
-    predictor's layers once per code group it predicts (15), each of its LM heads once, and the
-    talker's KV cache at `context` positions. Embedding rows and the predictor's 16-position cache
-    are left out (small)."""
+    """Bytes one generated frame reads (stage_bytes, both stages)."""
+    return sum(stage_bytes(tensors, hparams, context).values())
+
+
+def stage_bytes(tensors: list[tuple[str, str, int]], hparams: dict[str, dict], context: float) -> dict[str, float]:
+    """Bytes one generated frame reads, per stage: the talker's layers and codec head once and its
+    KV cache at `context` positions ("talker"); the code predictor's layers once per code group it
+    predicts (15) and each of its LM heads once ("predictor"). Embedding rows and the predictor's
+    16-position cache are left out (small). The talker's bytes come from memory every frame; the
+    predictor reads its layers 15 times, from the last-level cache where they fit in it."""
     talker = cp = heads = 0.0
     for name, qtype, n in tensors:
         size = n * TYPE_BYTES.get(qtype, 4.0)
@@ -53,7 +59,7 @@ def frame_bytes(tensors: list[tuple[str, str, int]], hparams: dict[str, dict], c
             cp += size
     t = hparams["talker"]
     kv = context * t["block_count"] * t["head_count_kv"] * t["head_dim"] * 2 * KV_BYTES
-    return talker + cp * (t["num_code_groups"] - 1) + heads + kv
+    return {"talker": talker + kv, "predictor": cp * (t["num_code_groups"] - 1) + heads}
 
 
 def _rate(name: str) -> float | None:
@@ -156,6 +162,7 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
              total_ms=t.total_ms, rtf=t.rtf, frames_per_s=frames / (t.total_ms / 1e3), frames=frames,
              vocoder_threads=t.vocoder_threads, prompt_positions=n_prompt,
              bytes_per_frame=frame_bytes(tensors, m.hparams, n_prompt + frames / 2),
+             stage_bytes_per_frame=stage_bytes(tensors, m.hparams, n_prompt + frames / 2),
              vocoder_flop_per_frame=vocoder_flop(tensors), peak_rss_mb=peak_rss_mb(), **m.engine.memory())
     if profile:
         r["profile"] = bench_profile.collect(m, TEXT, {**kw, **_settings(frames, seed)}, frames, r)
@@ -167,6 +174,10 @@ def _analysis(r: dict[str, Any], bandwidth: float, peak: float | None, threads: 
     GFLOP/s and its fraction of the measured sgemm rate of the threads it ran on."""
     r["generation_gb_per_s"] = r["bytes_per_frame"] / r["generation_ms_per_frame"] / 1e6
     r["bandwidth_fraction"] = r["generation_gb_per_s"] / bandwidth
+    for stage in ("talker", "predictor"):
+        rate = r["stage_bytes_per_frame"][stage] / r[f"{stage}_ms_per_frame"] / 1e6
+        r[f"{stage}_gb_per_s"] = rate
+        r[f"{stage}_bandwidth_fraction"] = rate / bandwidth
     r["vocoder_gflop_per_s"] = r["vocoder_flop_per_frame"] / r["vocoder_ms_per_frame"] / 1e6
     if peak:
         r["vocoder_peak_fraction"] = r["vocoder_gflop_per_s"] / (peak * (r["vocoder_threads"] or threads))
@@ -231,6 +242,9 @@ def format_speed(r: dict[str, Any]) -> str:
     row("GB per frame", [x["bytes_per_frame"] / 1e9 if "bytes_per_frame" in x else None for x in res], 2)
     row("generation GB/s", [x.get("generation_gb_per_s") for x in res], 1)
     row("of bandwidth", [x.get("bandwidth_fraction") for x in res], 2)
+    for stage in ("talker", "predictor"):
+        row(f"{stage} GB/s", [x.get(f"{stage}_gb_per_s") for x in res], 1)
+        row("of bandwidth", [x.get(f"{stage}_bandwidth_fraction") for x in res], 2)
     row("vocoder GFLOP/s", [x.get("vocoder_gflop_per_s") for x in res], 1)
     row("of sgemm peak", [x.get("vocoder_peak_fraction") for x in res], 2)
     if "reference" in r:  # how many times faster than the reference, same run
@@ -242,8 +256,9 @@ def format_speed(r: dict[str, Any]) -> str:
                 for c in cols))
     bw = ", ".join(f"{v:.1f} GB/s on {k}" for k, v in r["bandwidth_gb_per_s"].items())
     peak = r.get("sgemm_gflop_per_s_per_core")
+    cpu = ", ".join(x for x in (r.get("cpu"), f"{r['l3_mb']:.0f} MB last-level cache" if r.get("l3_mb") else "") if x)
     head = (f"{r['release']} random weights, {r['frames']} frames, {r['threads']} threads, {r['matmul']} matmul, load "
-            f"{r['load_avg']:.2f} -> {r['load_avg_end']:.2f}\nstream bandwidth {bw}"
+            f"{r['load_avg']:.2f} -> {r['load_avg_end']:.2f}" + (f"\n{cpu}" if cpu else "") + f"\nstream bandwidth {bw}"
             + (f"; FP32 sgemm {peak:.0f} GFLOP/s per core (numpy's BLAS, 1 thread)" if peak else ""))
     profiles = [bench_profile.format_profile(q, x["profile"]) for q, x in r["results"].items() if "profile" in x]
     return "\n".join([head, *rows, *profiles])
