@@ -135,15 +135,22 @@ QTTS_AVX512 void tile_avx512(const Gemm & g, int64_t pstride, int64_t cstep) {
     for (int64_t k = 0; k < K; ++k) {
         const float * w0 = g.w + k * cin * cstep;
         const float * w1 = w0 + pstride;
-        const float * xk = g.x + k * dstep;
-        for (int64_t c = 0; c < cin; ++c) {
+        // rows 3j + r at base j + r * row bytes: 4 bases and one stride for the 12 rows, so the
+        // loop's pointers fit in the integer registers
+        const char * xb0 = reinterpret_cast<const char *>(g.x + k * dstep);
+        const char * xb1 = xb0 + 3 * ldx * sizeof(float);
+        const char * xb2 = xb0 + 6 * ldx * sizeof(float);
+        const char * xb3 = xb0 + 9 * ldx * sizeof(float);
+        const int64_t row = ldx * static_cast<int64_t>(sizeof(float));
+        for (int64_t c = 0; c < cin; ++c, xb0 += 4, xb1 += 4, xb2 += 4, xb3 += 4) {
             const __m512 v0 = _mm512_loadu_ps(w0 + c * cstep);
             const __m512 v1 = NP == 2 ? _mm512_loadu_ps(w1 + c * cstep) : v0;
-#define QTTS_ROW(i)                                                        \
-    if (MT > i) {                                                          \
-        const __m512 xb = _mm512_set1_ps(xk[(i) * ldx + c]);               \
-        a##i##_0 = _mm512_fmadd_ps(v0, xb, a##i##_0);                      \
-        if (NP == 2) a##i##_1 = _mm512_fmadd_ps(v1, xb, a##i##_1);         \
+#define QTTS_ROW(i)                                                                                          \
+    if (MT > i) {                                                                                            \
+        const char * base = (i) < 3 ? xb0 : (i) < 6 ? xb1 : (i) < 9 ? xb2 : xb3;                             \
+        const __m512 xb = _mm512_set1_ps(*reinterpret_cast<const float *>(base + ((i) % 3) * row));          \
+        a##i##_0 = _mm512_fmadd_ps(v0, xb, a##i##_0);                                                        \
+        if (NP == 2) a##i##_1 = _mm512_fmadd_ps(v1, xb, a##i##_1);                                           \
     }
             QTTS_ROW(0) QTTS_ROW(1) QTTS_ROW(2) QTTS_ROW(3) QTTS_ROW(4) QTTS_ROW(5)
             QTTS_ROW(6) QTTS_ROW(7) QTTS_ROW(8) QTTS_ROW(9) QTTS_ROW(10) QTTS_ROW(11)
