@@ -128,11 +128,14 @@ void quantize_column(Format f, Kernel k, const float * x, int64_t K, uint8_t * o
             std::memcpy(dst, q, 256);
             continue;
         }
+        uint16_t pairs[128], order[128];  // value pairs
+        std::memcpy(pairs, q, sizeof pairs);
         for (int v = 0; v < 4; ++v) {
             for (int i = 0; i < 16; ++i) {
-                for (int h = 0; h < 2; ++h) std::memcpy(dst + 64 * v + 4 * i + 2 * h, q + 32 * kPairs[v][h] + 2 * i, 2);
+                for (int h = 0; h < 2; ++h) order[32 * v + 2 * i + h] = pairs[16 * kPairs[v][h] + i];
             }
         }
+        std::memcpy(dst, order, sizeof order);
     }
 }
 

@@ -37,11 +37,6 @@ def stream_bandwidth(threads: int) -> dict[str, float]:
     return out
 
 
-def frame_bytes(tensors: list[tuple[str, str, int]], hparams: dict[str, dict], context: float) -> float:
-    """Bytes one generated frame reads (stage_bytes, both stages)."""
-    return sum(stage_bytes(tensors, hparams, context).values())
-
-
 def stage_bytes(tensors: list[tuple[str, str, int]], hparams: dict[str, dict], context: float) -> dict[str, float]:
     """Bytes one generated frame reads, per stage: the talker's layers and codec head once and its
     KV cache at `context` positions ("talker"); the code predictor's layers once per code group it
@@ -156,13 +151,13 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
     with m.engine.session() as s:
         n_prompt = len(build_prompt(m, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(m.variant)).embeddings)
     tensors = m.engine.tensor_info()
+    stages = stage_bytes(tensors, m.hparams, n_prompt + frames / 2)
     r.update(prefill_ms=t.prefill_ms, talker_ms_per_frame=t.talker_ms_per_frame,
              predictor_ms_per_frame=t.predictor_ms_per_frame, generation_ms_per_frame=gen,
              vocoder_ms_per_frame=t.vocoder_ms_per_frame, time_to_first_audio_ms=t.time_to_first_audio_ms,
              total_ms=t.total_ms, rtf=t.rtf, frames_per_s=frames / (t.total_ms / 1e3), frames=frames,
              vocoder_threads=t.vocoder_threads, prompt_positions=n_prompt,
-             bytes_per_frame=frame_bytes(tensors, m.hparams, n_prompt + frames / 2),
-             stage_bytes_per_frame=stage_bytes(tensors, m.hparams, n_prompt + frames / 2),
+             bytes_per_frame=sum(stages.values()), stage_bytes_per_frame=stages,
              vocoder_flop_per_frame=vocoder_flop(tensors), peak_rss_mb=peak_rss_mb(), **m.engine.memory())
     if profile:
         r["profile"] = bench_profile.collect(m, TEXT, {**kw, **_settings(frames, seed)}, frames, r)
