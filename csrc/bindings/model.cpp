@@ -66,13 +66,21 @@ void bind_model(py::module_ & m) {
         .value("auto", OpsChoice::automatic)
         .value("native", OpsChoice::native)
         .value("portable", OpsChoice::portable);
+    py::enum_<PrecisionChoice>(m, "Precision", "The matrix products' arithmetic on a GPU: exact F32 or fast.")
+        .value("auto", PrecisionChoice::automatic)
+        .value("exact", PrecisionChoice::exact)
+        .value("fast", PrecisionChoice::fast);
     py::class_<Model, std::shared_ptr<Model>>(m, "Model")
-        .def(py::init([](const std::string & path, const std::string & device, OpsChoice ops, bool huge_pages) {
+        .def(py::init([](const std::string & path, const std::string & device, OpsChoice ops, bool huge_pages,
+                         PrecisionChoice precision) {
                  py::gil_scoped_release release;
-                 return std::make_shared<Model>(path, device, ops, huge_pages);
+                 return std::make_shared<Model>(path, device, ops, huge_pages, precision);
              }),
              py::arg("path"), py::arg("device") = "auto", py::arg("ops") = OpsChoice::automatic,
-             py::arg("huge_pages") = true)
+             py::arg("huge_pages") = true, py::arg("precision") = PrecisionChoice::automatic)
+        .def_property_readonly("precision", [](const Model & model) {
+                 return model.precision == Precision::exact ? "exact" : "fast";
+             }, "The matrix products' arithmetic: exact (F32) or fast (the device's TF32/BF16 kernels).")
         .def_readonly("huge_page_bytes", &Model::huge_page_bytes,
                       "Bytes of weights read into transparent huge pages (0: all mapped from the file).")
         .def_readonly("packed_bytes", &Model::packed_bytes,

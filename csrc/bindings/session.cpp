@@ -245,6 +245,9 @@ void bind_session(py::module_ & m) {
              py::arg("codes"), py::arg("text"), py::arg("n_past"),
              "Debug: one decode step after talker_prefill; (logits, normed hidden state).")
         .def("memory", &Session::memory, "Bytes held now: kv_cache, compute_buffers.")
+        .def_property("device_sampling", &Session::device_sampling, &Session::set_device_sampling,
+                      "Whether the code predictor samples inside its frame graph with stock ops (the default "
+                      "off the CPU) instead of with the host sampler (top_p < 1 always on the host).")
         .def_property("prefill_chunk", &Session::prefill_chunk, &Session::set_prefill_chunk,
                       "Prompt positions per talker prefill graph.")
         .def("set_profiling", &Session::set_profiling, py::arg("on"),

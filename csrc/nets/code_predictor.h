@@ -58,14 +58,28 @@ struct FrameGraphIo {
     ggml_tensor * code0 = nullptr;       // kPredCode [1]: cb0
     std::vector<ggml_tensor *> pos;      // per step: [0, 1] for step 0, [step + 1] after
     std::vector<ggml_tensor *> codes;    // outputs, I32 [1]: cb1..
+    ggml_tensor * uniform = nullptr;     // sampling on the device: F32 [groups - 1], a draw per step
 };
+
+// Whether sample_on_device can follow `p` (top-p is left to the host: see below).
+bool device_samples(const SamplingParams & p);
+
+// select_token's choice built from stock ops, so that a frame's steps run on any device without
+// a host round trip (docs/kernels.md, "Sampling on the device"): argmax when greedy; otherwise
+// logits / temperature, the top-k threshold (ties with the k-th score kept), softmax, and the
+// first token whose cumulative probability, in token order, exceeds u * total, where u is the
+// host RNG's draw for the step (the same 53-bit draw select_token makes). The sums are float, not
+// double, so a draw within rounding of a boundary can pick its neighbour. I32 [1].
+ggml_tensor * sample_on_device(ggml_context * ctx, ggml_tensor * logits, const SamplingParams & p, ggml_tensor * u);
 
 // cb1..cb_{groups-1} of one frame as one graph: the steps of build_predictor_step in order, each
 // step's logits sampled by a single-threaded custom op calling select_token (the same host
 // function, the same RNG stream as the step-by-step loop), whose I32 output the next step's
-// embedding lookup reads. The graph's shapes do not depend on the frame: it is built once and
-// replayed (docs/architecture.md, "Graph replay").
+// embedding lookup reads; or, with `device` set (any backend), by sample_on_device with those
+// settings. The graph's shapes do not depend on the frame: it is built once and replayed
+// (docs/architecture.md, "Graph replay").
 ggml_tensor * build_predictor_frame(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
-                                    const KvCache & cache, FrameSampler * sampler, FrameGraphIo & io);
+                                    const KvCache & cache, FrameSampler * sampler, FrameGraphIo & io,
+                                    const SamplingParams * device = nullptr);
 
 }  // namespace qtts

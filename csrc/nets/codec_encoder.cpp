@@ -160,7 +160,7 @@ struct QuantizerBuilder {
     // Nearest codebook entry per column of r [D, n]: argmax of 2 r.e - |e|^2 (|r|^2 is common).
     ggml_tensor * nearest(ggml_tensor * r, ggml_tensor * cb) {
         ggml_tensor * e2 = ggml_reshape_2d(ctx, ggml_sum_rows(ctx, ggml_sqr(ctx, cb)), cb->ne[1], 1);
-        ggml_tensor * score = ggml_sub(ctx, ggml_scale(ctx, ggml_mul_mat(ctx, cb, r), 2.0f), e2);
+        ggml_tensor * score = ggml_sub(ctx, ggml_scale(ctx, mul_mat(ctx, cb, r), 2.0f), e2);
         return ggml_argmax(ctx, score);
     }
 
@@ -173,10 +173,10 @@ struct QuantizerBuilder {
         const int64_t k = 2 * w.down_stride;
         x = named(ops.conv(xp, w.downsample, n_out, nullptr, nullptr, k, w.down_stride), "ce.down");
         ggml_tensor * codes = nullptr;
-        ggml_tensor * sem = nearest(ggml_mul_mat(ctx, w.sem_in, x), w.sem_codebooks[0]);
+        ggml_tensor * sem = nearest(mul_mat(ctx, w.sem_in, x), w.sem_codebooks[0]);
         codes = named(sem, "ce.codes.0");
         ggml_set_output(codes);
-        ggml_tensor * r = ggml_mul_mat(ctx, w.acu_in, x);
+        ggml_tensor * r = mul_mat(ctx, w.acu_in, x);
         for (size_t g = 0; g < w.acu_codebooks.size(); ++g) {
             ggml_tensor * idx = named(nearest(r, w.acu_codebooks[g]), "ce.codes.%zu", g + 1);
             ggml_set_output(idx);

@@ -169,7 +169,7 @@ struct Builder {
         };
         ggml_tensor * rest = embd(1);
         for (int g = 2; g < w.n_quantizers; ++g) rest = ggml_add(ctx, rest, embd(g));
-        return named(ggml_add(ctx, ggml_mul_mat(ctx, w.rvq_first_out, embd(0)), ggml_mul_mat(ctx, w.rvq_rest_out, rest)),
+        return named(ggml_add(ctx, mul_mat(ctx, w.rvq_first_out, embd(0)), mul_mat(ctx, w.rvq_rest_out, rest)),
                      "cd.rvq");
     }
 
@@ -240,7 +240,7 @@ struct Builder {
         ggml_tensor * s = snake(x, w.out_snake, st.out);
         // 1 output channel: ggml's mul_mat over overlapping rows beats a one-lane GEMM panel
         ggml_tensor * wav = ops.portable ? ops.conv(s, w.out_conv, L, nullptr, nullptr)
-                                         : ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w.out_conv, kVocKernel * C, 1),
+                                         : mul_mat(ctx, ggml_reshape_2d(ctx, w.out_conv, kVocKernel * C, 1),
                                                         overlapping_rows(ctx, s, kVocKernel * C, L));
         return named(ggml_clamp(ctx, ggml_add(ctx, wav, w.out_conv_b), -1.0f, 1.0f), "cd.wav");
     }

@@ -1,7 +1,10 @@
 #include "ops/stock.h"
 
+#include <atomic>
 #include <cfloat>
+#include <cstdlib>
 
+#include "ggml-backend.h"
 #include "ops/layout.h"
 #include "runtime/error.h"
 
@@ -12,6 +15,67 @@ namespace {
 constexpr float kStatEps = 1e-12f;  // as ops/time_stats.cpp
 
 }  // namespace
+
+namespace {
+
+// -1 unclaimed, else a Precision
+std::atomic<int> & claimed_precision() {
+    static std::atomic<int> p{-1};
+    return p;
+}
+
+const char * precision_name(Precision p) { return p == Precision::exact ? "exact" : "fast"; }
+
+bool in_host_memory(const ggml_tensor * t) {
+    const ggml_tensor * base = t->view_src ? t->view_src : t;
+    return base->buffer && ggml_backend_buffer_is_host(base->buffer);
+}
+
+}  // namespace
+
+Precision device_precision() {
+    return claimed_precision().load() == static_cast<int>(Precision::exact) ? Precision::exact : Precision::fast;
+}
+
+void claim_device_precision(Precision p) {
+    int want = static_cast<int>(p), seen = -1;
+    if (!claimed_precision().compare_exchange_strong(seen, want) && seen != want) {
+        fail("precision '%s' was asked for, but this process already runs models on a GPU in '%s' precision "
+             "(the device's matrix-product mode is process-wide): load them with the same precision",
+             precision_name(p), precision_name(static_cast<Precision>(seen)));
+    }
+    // cuBLAS reads this when it creates its handle, which ggml-cuda does at the first product
+    // it hands to cuBLAS; a value the user set is kept.
+    if (p == Precision::exact) {
+#if defined(_WIN32)
+        if (!std::getenv("NVIDIA_TF32_OVERRIDE")) _putenv_s("NVIDIA_TF32_OVERRIDE", "0");
+#else
+        setenv("NVIDIA_TF32_OVERRIDE", "0", 0);
+#endif
+    }
+}
+
+ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b) {
+    const bool f32 = a->type == GGML_TYPE_F32, half = a->type == GGML_TYPE_F16 || a->type == GGML_TYPE_BF16;
+    constexpr int64_t kFirstCublasWidth = 17;
+    const int64_t n = b->ne[1];
+    if (!(f32 || half) || n < (f32 ? 4 : 2) || n >= kFirstCublasWidth) {
+        ggml_tensor * y = ggml_mul_mat(ctx, a, b);
+        ggml_mul_mat_set_prec(y, GGML_PREC_F32);
+        return y;
+    }
+    ggml_tensor * bp = ggml_pad(ctx, ggml_is_contiguous(b) ? b : ggml_cont(ctx, b), 0,
+                                static_cast<int>(kFirstCublasWidth - n), 0, 0);
+    ggml_tensor * y = ggml_mul_mat(ctx, a, bp);
+    ggml_mul_mat_set_prec(y, GGML_PREC_F32);
+    y = ggml_view_4d(ctx, y, y->ne[0], n, y->ne[2], y->ne[3], y->nb[1], y->nb[2], y->nb[3], 0);
+    return y->ne[2] * y->ne[3] > 1 ? ggml_cont(ctx, y) : y;
+}
+
+ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b) {
+    if (device_precision() != Precision::exact || in_host_memory(a)) return ggml_mul_mat(ctx, a, b);
+    return mul_mat_exact(ctx, a, b);
+}
 
 ggml_tensor * stock_conv(ggml_context * ctx, ggml_tensor * xp, ggml_tensor * w, int64_t n, ggml_tensor * b,
                          ggml_tensor * res) {
@@ -36,7 +100,7 @@ ggml_tensor * stock_conv(ggml_context * ctx, ggml_tensor * xp, ggml_tensor * w, 
     for (int64_t j = 0; j < taps; ++j) {
         ggml_tensor * wj = ggml_view_2d(ctx, w, gc, N, w->nb[1], j * w->nb[2]);
         ggml_tensor * xj = ggml_view_2d(ctx, x, gc, n, x->nb[1], j * d * x->nb[1]);
-        ggml_tensor * p = ggml_mul_mat(ctx, wj, xj);
+        ggml_tensor * p = mul_mat(ctx, wj, xj);
         y = y ? ggml_add(ctx, y, p) : p;
     }
     if (b) y = ggml_add(ctx, y, b);

@@ -7,6 +7,23 @@
 
 namespace qtts {
 
+// The arithmetic of matrix products on devices whose backend may trade precision for speed
+// (docs/kernels.md, "Precision"): fast lets ggml pick its kernels (TF32 or BF16 tensor cores
+// on CUDA); exact asks for F32 arithmetic wherever ggml offers it. Process-wide, because the
+// CUDA backend's cuBLAS switch (NVIDIA_TF32_OVERRIDE) is: the first model loaded on a GPU
+// claims it, and a later one asking for the other is refused. The CPU is always exact.
+enum class Precision { fast, exact };
+Precision device_precision();
+void claim_device_precision(Precision p);
+
+// a b as ggml_mul_mat, in the claimed precision: where it is exact and `a` is not known to live
+// in host memory, the product asks for F32 (ggml_mul_mat_set_prec) and a column count at which
+// ggml-cuda would use its tensor-core kernels (2..16 columns) is padded to 17, the first width
+// it hands to cuBLAS, whose TF32 is off; the padding is sliced off again.
+ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b);
+// The exact form alone, wherever `a` lives (tests run it on the CPU).
+ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b);
+
 // conv_gemm's result over portable weights w [g*Cin, N, K/g] (ops/conv_gemm.h, g = 1), or a
 // stride-g conv of kernel K: xp [Cin, R] is read as [g*Cin, R/g] (g consecutive rows per row),
 // then K/g taps of dilation d = (rows - n) / (taps - 1). One mul_mat per tap, summed in tap

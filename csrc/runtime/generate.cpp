@@ -112,15 +112,24 @@ TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const floa
 void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
                             std::mt19937_64 & rng) {
     const Phase phase(*this, "predictor");
-    // the sampling op reads the logits from host memory: a device keeps the step graphs
-    if (backend_ != cpu_) return predict_frame_steps(hidden, codes, p, rng);
+    // the host sampling op reads the logits from host memory: a device samples in the graph
+    // (docs/kernels.md, "Sampling on the device") or, where it cannot, keeps the step graphs
+    const bool device = device_sampling_ && device_samples(p);
+    if (backend_ != cpu_ && !device) return predict_frame_steps(hidden, codes, p, rng);
     ProfileClock clock(*this);
-    if (frame_.stale(pred_cache_)) build_frame_graph();
+    if (frame_.stale_for(pred_cache_, device, p)) build_frame_graph(device, p);
     clock.lap(":build");
     FrameGraph & f = frame_;
     f.sampler.params = &p;
     f.sampler.rng = &rng;
     f.sampler.error = nullptr;
+    if (f.io.uniform) {
+        // select_token's draw per step, in step order, so the RNG stream stays the host's
+        for (float & u : f.uniform) {
+            u = std::min(static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-53), 0x1.fffffep-1f);
+        }
+        ggml_backend_tensor_set(f.io.uniform, f.uniform.data(), 0, ggml_nbytes(f.io.uniform));
+    }
     ggml_backend_tensor_set(f.io.hidden, hidden.data(), 0, ggml_nbytes(f.io.hidden));
     ggml_backend_tensor_set(f.io.code0, &codes[0], 0, sizeof(int32_t));
     for (size_t step = 0; step < f.io.pos.size(); ++step) {
@@ -135,11 +144,14 @@ void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32
     }
 }
 
-void Session::build_frame_graph() {
+void Session::build_frame_graph(bool device, const SamplingParams & p) {
     build_replay(frame_, pred_cache_, "code predictor's", [&](ggml_context * ctx, ggml_cgraph * gf) {
         build_predictor_frame(ctx, gf, model_->code_predictor, model_->talker, pred_cache_, &frame_.sampler,
-                              frame_.io);
+                              frame_.io, device ? &p : nullptr);
     });
+    frame_.on_device = device;
+    frame_.params = p;
+    frame_.uniform.assign(frame_.io.uniform ? model_->talker.n_code_groups - 1 : 0, 0.0f);
 }
 
 void Session::predict_frame_steps(const std::vector<float> & hidden, std::vector<int32_t> & codes,

@@ -46,7 +46,7 @@ ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
         w->ne[0] % ggml_blck_size(w->type) == 0) {
         return qmatmul(ctx, w, x);
     }
-    return ggml_mul_mat(ctx, w, x);
+    return mul_mat(ctx, w, x);
 }
 
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) {

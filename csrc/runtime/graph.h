@@ -8,6 +8,7 @@
 
 #include "ggml-backend.h"
 #include "ggml.h"
+#include "ops/stock.h"
 
 namespace qtts {
 

@@ -74,7 +74,8 @@ std::set<std::string> streamed_weights(const Talker & t, const CodePredictor & c
 
 }  // namespace
 
-Model::Model(const std::string & path_, const std::string & device_name, OpsChoice choice, bool huge_pages)
+Model::Model(const std::string & path_, const std::string & device_name, OpsChoice choice, bool huge_pages,
+             PrecisionChoice precision_choice)
     : path(path_) {
     file_ = std::make_unique<GgufFile>(path);
     GgufFile & f = *file_;
@@ -107,6 +108,10 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     const bool on_cpu = ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_CPU;
     ops = choice == OpsChoice::native || (choice == OpsChoice::automatic && on_cpu) ? OpsPath::native
                                                                                      : OpsPath::portable;
+    if (!on_cpu) {
+        precision = precision_choice == PrecisionChoice::exact ? Precision::exact : Precision::fast;
+        claim_device_precision(precision);
+    }
     std::vector<PanelConv> convs;
     vocoder_convs(vocoder, convs);
     codec_encoder_convs(codec_encoder, convs);

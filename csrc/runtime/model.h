@@ -15,6 +15,7 @@
 #include "nets/speaker_encoder.h"
 #include "nets/talker.h"
 #include "nets/vocoder.h"
+#include "ops/stock.h"
 #include "runtime/codec_ops.h"
 #include "runtime/generate.h"
 
@@ -39,6 +40,10 @@ class GgufFile;
 // on a CPU device, portable on any other.
 enum class OpsChoice { automatic, native, portable };
 
+// The load option that picks the matrix products' arithmetic on a GPU (ops/stock.h, Precision);
+// automatic = fast. On the CPU every choice computes in F32 and reads back as exact.
+enum class PrecisionChoice { automatic, exact, fast };
+
 class Model {
 public:
     // device: "auto" (a GPU when libggml offers one, else the CPU), "cpu", or a device name.
@@ -46,7 +51,7 @@ public:
     // predictor's matrices) into transparent huge pages where the OS has them, instead of mapping
     // them from the file (runtime/host_memory.h).
     Model(const std::string & path, const std::string & device, OpsChoice ops = OpsChoice::automatic,
-          bool huge_pages = true);
+          bool huge_pages = true, PrecisionChoice precision = PrecisionChoice::automatic);
     ~Model();
     Model(const Model &) = delete;
     Model & operator=(const Model &) = delete;
@@ -69,6 +74,7 @@ public:
     // The path of the vocoder, codec encoder and speaker encoder, and the portable path's conv
     // weights (empty on the native path).
     OpsPath ops = OpsPath::native;
+    Precision precision = Precision::exact;
     ConvWeights conv_weights;
     // The native path on the CPU device: the talker's and code predictor's KV caches are
     // attended by the fused op (ops/attend.h), elsewhere by stock ggml ops.

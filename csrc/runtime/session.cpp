@@ -29,6 +29,7 @@ Session::Session(std::shared_ptr<const Model> model, int n_threads)
         if (!cpu_) engine_fail(log, "could not initialise the CPU backend");
     }
     set_cpu_threads(cpu_, n_threads_, &threadpool_);
+    device_sampling_ = backend_ != cpu_;
     make_sched();
     graph_meta_.resize(ggml_tensor_overhead() * kMaxNodes + ggml_graph_overhead_custom(kMaxNodes, false));
 }

@@ -70,6 +70,12 @@ public:
                         int n_trailing, const GenerateParams & p);
     GenerateResult generate_next(int n_frames, const std::function<bool()> & should_stop);
 
+    // Where the code predictor's steps sample (docs/kernels.md, "Sampling on the device"): in
+    // the frame graph on the device (the default off the CPU) or by the host sampler (the CPU's
+    // default; top_p < 1 always); settable to check one against the other.
+    bool device_sampling() const { return device_sampling_; }
+    void set_device_sampling(bool on) { device_sampling_ = on; }
+
     // Ask a generation in progress (from any thread) to stop after the current frame.
     void cancel() { cancel_.store(true); }
 
@@ -209,6 +215,14 @@ private:
     struct FrameGraph : Replay {
         FrameGraphIo io;
         FrameSampler sampler;
+        bool on_device = false;         // built with sample_on_device for `params`
+        SamplingParams params;
+        std::vector<float> uniform;
+        bool stale_for(const KvCache & cache, bool device, const SamplingParams & p) const {
+            return stale(cache) || on_device != device ||
+                   (device && (p.do_sample != params.do_sample || p.temperature != params.temperature ||
+                               p.top_k != params.top_k || p.top_p != params.top_p));
+        }
     };
     FrameGraph frame_;
     // The talker's decode step over its whole fused cache, the position an input (CPU, native).
@@ -219,9 +233,10 @@ private:
     // (Re)build `r` with `build` for the current epoch of `cache`.
     void build_replay(Replay & r, const KvCache & cache, const char * what,
                       const std::function<void(ggml_context *, ggml_cgraph *)> & build);
-    void build_frame_graph();
+    void build_frame_graph(bool device, const SamplingParams & p);
     void predict_frame_steps(const std::vector<float> & hidden, std::vector<int32_t> & codes,
                              const SamplingParams & p, std::mt19937_64 & rng);
+    bool device_sampling_ = false;
     std::atomic<bool> cancel_{false};
     std::unique_ptr<GenerationState> gen_;
     // On the native path the audio networks' custom ops run on the CPU threadpool and read their

@@ -89,8 +89,9 @@ class Engine:
     model is immutable once loaded); computation goes through `session()`."""
 
     def __init__(self, path: str, device: str = "auto", n_threads: int = 1, ops: str = "auto",
-                 huge_pages: bool = True) -> None:
-        self._model = core.Model(path, device, core.Ops.__members__[ops], huge_pages)
+                 huge_pages: bool = True, precision: str = "auto") -> None:
+        self._model = core.Model(path, device, core.Ops.__members__[ops], huge_pages,
+                                 core.Precision.__members__[precision])
         self._session = core.Session(self._model, n_threads)
         self._vocoder: Any = None  # the pipelined streams' second session (SessionHandle.vocoder)
         self._lock = _EngineLock()
@@ -131,6 +132,10 @@ class Engine:
     @property
     def ops(self) -> str:
         return str(self._model.ops)
+
+    @property
+    def precision(self) -> str:
+        return str(self._model.precision)
 
     @property
     def huge_page_bytes(self) -> int:

@@ -47,13 +47,23 @@ def _check_setting_names(sampling: dict[str, Any]) -> None:
                         f"{', '.join(SETTINGS)}")
 
 OPS = ("auto", "native", "portable")
+# The matrix products' arithmetic on a GPU (docs/kernels.md, "Precision"); "auto" is "fast".
+PRECISIONS = ("auto", "exact", "fast")
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
 
 
 def check_ops(ops: object) -> None:
-    if not isinstance(ops, str):
-        raise TypeError(f"ops must be a str, got {type(ops).__name__}")
-    if ops not in OPS:
-        raise ValueError(f"ops must be one of {', '.join(OPS)}, got {ops!r}")
+    _check_choice("ops", ops, OPS)
+
+
+def check_precision(precision: object) -> None:
+    _check_choice("precision", precision, PRECISIONS)
 
 
 class Model(QwenTTSCompat):
@@ -66,7 +76,7 @@ class Model(QwenTTSCompat):
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
                  voice_cache: str | os.PathLike[str] | bool = True, ops: str = "auto",
-                 vocoder_threads: int | None = None, huge_pages: bool = True):
+                 vocoder_threads: int | None = None, huge_pages: bool = True, precision: str = "auto"):
         """voice_cache: where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off).
         ops: how the vocoder, codec encoder and speaker encoder run, and the talker's and code
         predictor's attention: "native" (custom CPU ops), "portable" (stock ggml ops, on any
@@ -77,12 +87,17 @@ class Model(QwenTTSCompat):
         huge_pages: on the CPU, read the matrices every frame streams into transparent huge pages
         (Linux; 10-25% faster generation) instead of mapping them from the file; False keeps them
         mapped, shared through the page cache with other processes that load the same file
-        (docs/architecture.md "Weights in huge pages")."""
+        (docs/architecture.md "Weights in huge pages").
+        precision: the matrix products' arithmetic on a GPU: "exact" (F32 throughout, what the
+        parity tests hold to) or "fast" (the device's TF32/BF16 kernels where ggml picks them;
+        "auto"). Process-wide on a GPU; the CPU always computes in F32 (docs/kernels.md,
+        "Precision")."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         if not isinstance(device, str):
             raise TypeError(f"device must be a str, got {type(device).__name__}")
         check_ops(ops)
+        check_precision(precision)
         if not isinstance(huge_pages, bool):
             raise TypeError(f"huge_pages must be a bool, got {type(huge_pages).__name__}")
         if n_threads is not None:
@@ -91,7 +106,7 @@ class Model(QwenTTSCompat):
         check_gguf_path(self.path)
         self.n_threads = resolve_threads(n_threads)
         check_vocoder_threads(vocoder_threads, self.n_threads)
-        self.engine = Engine(str(self.path), device, self.n_threads, ops, huge_pages)
+        self.engine = Engine(str(self.path), device, self.n_threads, ops, huge_pages, precision)
         self._split = ThreadSplit(self.n_threads, vocoder_threads, self.engine.device == "CPU")
         self.tokenizer: Tokenizer = Tokenizer.from_data(TokenizerData(*read_tokenizer(str(self.path))))
         self._fingerprint: str | None = None
@@ -119,6 +134,12 @@ class Model(QwenTTSCompat):
         weights live on and its graph's ops, "native" (custom CPU ops) or "portable" (stock ggml
         ops; the talker and code predictor are native on the CPU device only)."""
         return self.engine.component_devices
+
+    @property
+    def precision(self) -> str:
+        """The matrix products' arithmetic after "auto" was resolved: "exact" (F32; always on the
+        CPU) or "fast"."""
+        return self.engine.precision
 
     @property
     def ops(self) -> str:
@@ -375,19 +396,20 @@ def check_gguf_path(path: Path) -> None:
 
 def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
          convert_type: str = "q8_0", ops: str = "auto", vocoder_threads: int | None = None,
-         huge_pages: bool = True) -> Model:
+         huge_pages: bool = True, precision: str = "auto") -> Model:
     """Load a qtts GGUF file, or a Hugging Face repo id such as "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice":
     downloaded into the Hugging Face cache (needs the `hub` extra; HF_HUB_OFFLINE is honoured),
     converted once to `convert_type` in the qtts cache ($QTTS_CACHE, default ~/.cache/qtts) and
     reused afterwards. n_threads defaults to the physical cores available; ops picks the audio
-    networks' path, vocoder_threads the pipeline's split and huge_pages where the streamed weights
-    live (Model)."""
+    networks' path, vocoder_threads the pipeline's split, huge_pages where the streamed weights
+    live and precision a GPU's arithmetic (Model)."""
     from ..convert.registry import is_repo_id, fetch, cache_dir
 
     if is_repo_id(model):
         model = fetch(str(model), cache_dir(), convert_type)
     check_ops(ops)
+    check_precision(precision)
     if vocoder_threads is not None:
         check_vocoder_threads(vocoder_threads, MAX_THREADS)
     return Model(model, n_threads=n_threads, device=device, ops=ops, vocoder_threads=vocoder_threads,
-                 huge_pages=huge_pages)
+                 huge_pages=huge_pages, precision=precision)
