@@ -117,7 +117,8 @@ def _timed_matmul(a: Any) -> float:
 
 
 def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = "native",
-                 vocoder_threads: int = 0, profile: bool = False, huge_pages: bool = True) -> dict[str, Any]:
+                 vocoder_threads: int = 0, profile: bool = False, huge_pages: bool = True,
+                 device: str = "cpu", precision: str = "auto") -> dict[str, Any]:
     import qtts
     from ..runtime.audio import peak_rss_mb
     from ..runtime.cloning import create_voice
@@ -127,10 +128,11 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
 
     set_matmul_path(matmul)
     t0 = time.perf_counter()
-    m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False, vocoder_threads=vocoder_threads,
-                   huge_pages=huge_pages)
+    m = qtts.Model(gguf, n_threads=threads, device=device, voice_cache=False, vocoder_threads=vocoder_threads,
+                   huge_pages=huge_pages, precision=precision)
     load_s = time.perf_counter() - t0
-    r: dict[str, Any] = {"load_s": load_s, "huge_page_mb": m.engine.huge_page_bytes / 1e6,
+    r: dict[str, Any] = {"load_s": load_s, "devices": m.devices, "precision": m.precision,
+                         "huge_page_mb": m.engine.huge_page_bytes / 1e6,
                          "packed_mb": m.engine.packed_bytes / 1e6}
     if m.variant == "base":
         create_voice(m, _clip(2.0), None, True, None)  # warm-up: page in the encoders

@@ -1,0 +1,30 @@
+"""The GPU check's CPU dry run (scripts/check_gpu.py, docs/gpu.md): the same goldens from the
+reference and the same parity checks, on this machine's CPU through the portable graphs a GPU
+runs, so the script a GPU machine gets once is known to work."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_check_gpu_dry_run_on_the_cpu(fixture_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "check_gpu.py"), "run", "--device", "cpu",
+                        "--no-build", "--ops", "portable", "--out", str(out), "--work", str(tmp_path / "work"),
+                        "--phases", "info,goldens,parity_exact,parity_fast", "--budget-s", "600"],
+                       capture_output=True, text=True, timeout=900)
+    res = json.loads((out / "check_gpu.json").read_text())
+    assert p.returncode == 0, (out / "logs.txt").read_text()[-3000:]
+    exact = res["phases"]["parity_exact"]["result"]
+    assert exact["passed"] and exact["encoder_codes_equal"] and len(exact["cases"]) == 5
+    assert set(exact["devices"].values()) == {"CPU/portable"} and exact["resolved_precision"] == "exact"
+    for case in exact["cases"]:
+        assert case["codes_equal"] and case["wav_max_abs"] <= 1e-4
+        # the device and the CPU's portable path are the same process here: the same sums
+        assert case["logits_cosine_min"] >= 0.9999999 and case["codec_snr_db"] > 60
+    assert res["phases"]["parity_fast"]["result"]["passed"]
+    assert "| tiny_base (x_vector_only_mode=False" in (out / "check_gpu.md").read_text()
