@@ -38,10 +38,10 @@ GGML = "libggml-python==0.20.2.post1"
 # Wheels the GPU machine lacks (checked against its image): qtts's own run-time needs, and the
 # reference's pinned stack, which goes into a folder of its own so it shadows nothing of qtts's.
 RUNTIME_WHEELS = ["gguf>=0.17", "soundfile>=0.12", "cffi", "pycparser", "soxr>=0.3"]
-BUILD_WHEELS = ["scikit-build-core~=1.0.0", "setuptools-scm~=10.2", "vcs-versioning"]
+BUILD_WHEELS = ["scikit-build-core~=1.0.0", "setuptools-scm~=10.2", "vcs-versioning", "packaging>=26.2"]
 REFERENCE_WHEELS = ["qwen-tts==0.1.1", "transformers==4.57.3", "huggingface_hub<1.0", "tokenizers~=0.22.0",
-                    "librosa", "audioread", "decorator", "pooch", "soxr>=0.3", "soundfile>=0.12", "cffi",
-                    "pycparser"]
+                    "accelerate==1.12.0", "librosa", "audioread", "decorator", "pooch", "platformdirs",
+                    "soxr>=0.3", "soundfile>=0.12", "cffi", "pycparser"]
 TEXT = "Hello world, this is a tiny test."
 REF_TEXT = "The quick brown fox jumps."
 GREEDY = dict(do_sample=False, subtalker_dosample=False, max_new_tokens=21)
@@ -106,7 +106,8 @@ def build(wheels: Path, work: Path, log: Path) -> tuple[str, str]:
             f.flush()
             subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.STDOUT, env=env)
 
-        sh([*pip, "--target", str(build_site), *wheels_of("scikit_build_core", "setuptools_scm", "vcs_versioning")])
+        sh([*pip, "--target", str(build_site), *wheels_of("scikit_build_core", "setuptools_scm", "vcs_versioning",
+                                                           "packaging")])
         sh([*pip, "--target", str(site), *wheels_of("gguf", "soundfile", "soxr", "cffi", "pycparser")])
         arch = _gpu_arch()
         # the documented GPU install (docs/gpu.md), offline: ggml's sdist with CUDA for this GPU
@@ -116,7 +117,8 @@ def build(wheels: Path, work: Path, log: Path) -> tuple[str, str]:
             "-C", "cmake.define.GGML_CUDA_NCCL=OFF"])
         sh([*pip, "--target", str(site), "--no-build-isolation", str(REPO)])
         sh([*pip, "--target", str(ref_site), *wheels_of("qwen_tts", "transformers", "huggingface_hub", "tokenizers",
-                                                         "librosa", "audioread", "decorator", "pooch")])
+                                                         "accelerate", "librosa", "audioread", "decorator", "pooch",
+                                                         "platformdirs")])
     return str(site), str(ref_site)
 
 
