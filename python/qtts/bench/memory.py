@@ -43,7 +43,8 @@ def run_memory(a: argparse.Namespace) -> dict[str, Any]:
             voice_file = ""
             if a.release.endswith("Base"):
                 m = qtts.Model(gguf, n_threads=a.threads, device="cpu", voice_cache=False)
-                voice_file = str(m.create_voice((clip(10.0), 24000), x_vector_only_mode=True).save(Path(d) / "v.qvoice"))
+                voice = m.create_voice((clip(10.0), 24000), x_vector_only_mode=True)
+                voice_file = str(voice.save(Path(d) / "v.qvoice"))
                 del m
             rows.append(worker("memory", gguf, str(a.threads), "synthesize", voice_file))
             if voice_file:

@@ -45,10 +45,10 @@ def quality_worker(ggufs: list[str], threads: int, frames: int) -> dict[str, Any
     base = trace(ref)
     wav_ref = ref.decode(codes)
     rows: dict[str, Any] = {}
-    for g, m in zip(ggufs, models):
+    for g, m in zip(ggufs, models, strict=True):
         logits = trace(m)
-        cos = [float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(logits, base)]
-        agree = np.mean([int(np.argmax(a[:2048])) == int(c) for a, c in zip(logits, codes[:, 0])])
+        cos = [float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(logits, base, strict=True)]
+        agree = np.mean([int(np.argmax(a[:2048])) == int(c) for a, c in zip(logits, codes[:, 0], strict=True)])
         wav = m.decode(codes)
         err = float(np.sum((wav - wav_ref) ** 2))
         snr = float("inf") if err == 0 else 10 * np.log10(float(np.sum(wav_ref ** 2)) / err)

@@ -71,7 +71,7 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, rounds: int, d
         ttfa: list[float] = []
         with Scheduler(m, max_batch=max(CLIENTS), max_queue=c) as sched:
             for k in range(rounds):
-                def client(i: int) -> None:
+                def client(i: int, k: int = k, ttfa: list[float] = ttfa) -> None:
                     job = sched.submit(TEXT, **kw, **settings(frames, seed + 100 * k + i))
                     for _ in job:
                         pass

@@ -150,7 +150,8 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
     cond = resolve_voice(m, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
                          voice=kw.get("voice"))
     with m.engine.session() as s:
-        n_prompt = len(build_prompt(m, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(m.variant)).embeddings)
+        prompt = build_prompt(m, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(m.variant))
+    n_prompt = len(prompt.embeddings)
     tensors = m.engine.tensor_info()
     stages = stage_bytes(tensors, m.hparams, n_prompt + frames / 2)
     r.update(prefill_ms=t.prefill_ms, talker_ms_per_frame=t.talker_ms_per_frame,
