@@ -57,7 +57,8 @@ def python_blocks(path: Path) -> list[Example]:
         while i < len(lines) and lines[i].strip() != "```":
             i += 1
         if lang == "python":
-            out.append(Example(str(path.relative_to(ROOT)), start + 1, info, "\n".join(lines[start + 1:i]) + "\n"))
+            doc = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+            out.append(Example(doc, start + 1, info, "\n".join(lines[start + 1:i]) + "\n"))
         i += 1
     return out
 
@@ -70,6 +71,13 @@ def test_examples_are_found_and_marked_only_with_norun() -> None:
     # an info string the test does not know would be neither run nor knowingly skipped
     assert {e.doc for e in RUN} >= {"README.md", "docs/python.md", "docs/server.md"}
     assert [e.name for e in ALL if e.info not in ("", NORUN)] == []
+
+
+def test_blocks_are_read_with_their_info_string(tmp_path: Path) -> None:
+    md = tmp_path / "page.md"
+    md.write_text("Text with ```` ```python ```` inline.\n\n```python\nprint(1)\n```\n\n```bash\nls\n```\n\n"
+                  "```python norun\nfragment(\n```\n", encoding="utf-8")
+    assert python_blocks(md) == [Example("page.md", 3, "", "print(1)\n"), Example("page.md", 11, NORUN, "fragment(\n")]
 
 
 @pytest.fixture(scope="module")
