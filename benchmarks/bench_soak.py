@@ -102,7 +102,7 @@ def main() -> int:
 
     path = a.model
     if a.release:
-        from qtts.cli.bench import prepare
+        from qtts.bench.common import prepare
 
         path = prepare(a.release, a.type, seed=0, log=lambda s: print(s, file=sys.stderr))
     before = {"rss_mb": round(rss_mb(), 1), "fds": open_fds()}

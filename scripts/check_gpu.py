@@ -297,8 +297,8 @@ def parity(gold: Path, device: str, precision: str, ops: str = "auto") -> dict[s
 
 # -- speed --------------------------------------------------------------------------------------
 def speed(release: str, qtype: str, device: str, threads: int, frames: int, precision: str) -> dict[str, Any]:
-    from qtts.cli.bench import prepare
-    from qtts.cli.bench_speed import speed_worker
+    from qtts.bench.common import prepare
+    from qtts.bench.speed import speed_worker
 
     t0 = time.perf_counter()
     gguf = prepare(release, qtype, 0)
@@ -311,9 +311,9 @@ def official(release: str, frames: int) -> dict[str, Any]:
     """The official package on the same device and weights: bf16, x-vector voice, same frames."""
     import torch
 
-    from qtts.cli.bench import _clip as bench_clip
+    from qtts.bench.common import clip as bench_clip
     from qtts._reference import install
-    from qtts.cli.bench import prepare
+    from qtts.bench.common import prepare
 
     install()  # placeholders for the reference's optional audio imports
     from qwen_tts import Qwen3TTSModel

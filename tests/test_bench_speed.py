@@ -1,11 +1,11 @@
 """bench speed's figures: the bytes a generated frame reads per stage and the bandwidth fractions
-printed from them (qtts.cli.bench_speed)."""
+printed from them (qtts.bench.speed)."""
 from __future__ import annotations
 
 import pytest
 
-from qtts.cli import bench
-from qtts.cli.bench_speed import _analysis, format_speed, stage_bytes
+from qtts.bench import common
+from qtts.bench.speed import _analysis, format_speed, stage_bytes
 
 HPARAMS = {"talker": {"block_count": 2, "head_count_kv": 1, "head_dim": 4, "num_code_groups": 16}}
 TENSORS = [
@@ -44,6 +44,6 @@ def test_stage_fractions_are_printed() -> None:
 
 
 def test_machine_reports_the_cpu_and_its_cache() -> None:
-    m = bench.machine()
+    m = common.machine()
     assert isinstance(m["cpu"], str)
     assert m["l3_mb"] is None or m["l3_mb"] > 0

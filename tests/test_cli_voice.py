@@ -15,14 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf  # a runtime dependency: imported, never skipped
 
 import qtts
+from qtts.cli import main
 from qtts.runtime import cloning
 from qtts.runtime.audio import pcm16, save_audio
-from qtts.cli import main
 from qtts.runtime.voice import Voice
-
-import soundfile as sf  # a runtime dependency: imported, never skipped
 
 TEXT = "Hello there, cloned voice."
 REF_TEXT = "The quick brown fox jumps."

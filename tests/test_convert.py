@@ -166,10 +166,10 @@ def test_metadata_round_trip(name: str, fixture_root: Path, gguf_dir: Path) -> N
     assert f[KV.VARIANT] == cfg["tts_model_type"] and f[KV.SIZE] == cfg["tts_model_size"]
     assert f[KV.TEXT_IM_START_ID] == cfg["im_start_token_id"] and f[KV.TEXT_EOS_ID] == cfg["tts_eos_token_id"]
     assert f[KV.CODEC_EOS_ID] == tc["codec_eos_token_id"] and f[KV.CODEC_THINK_EOS_ID] == tc["codec_think_eos_id"]
-    assert dict(zip(f[KV.LANGUAGE_NAMES], f[KV.LANGUAGE_IDS])) == tc["codec_language_id"]
+    assert dict(zip(f[KV.LANGUAGE_NAMES], f[KV.LANGUAGE_IDS], strict=True)) == tc["codec_language_id"]
     if tc["spk_id"]:
-        assert dict(zip(f[KV.SPEAKER_NAMES], f[KV.SPEAKER_IDS])) == tc["spk_id"]
-        assert dict(zip(f[KV.SPEAKER_NAMES], f[KV.SPEAKER_DIALECTS])) == \
+        assert dict(zip(f[KV.SPEAKER_NAMES], f[KV.SPEAKER_IDS], strict=True)) == tc["spk_id"]
+        assert dict(zip(f[KV.SPEAKER_NAMES], f[KV.SPEAKER_DIALECTS], strict=True)) == \
             {k: (v or "") for k, v in tc["spk_is_dialect"].items()}
     else:
         assert KV.SPEAKER_NAMES not in f

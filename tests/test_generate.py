@@ -183,7 +183,8 @@ def test_validation(models):
     with pytest.raises(ValueError, match=r"max_new_tokens must be in \[2, "):
         cv.generate_codes(TEXT, speaker="ryan", max_new_tokens=1)
     # Case-insensitive names, as the reference.
-    assert cv.generate_codes(TEXT, speaker="Ryan", language="English", max_new_tokens=3, **GREEDY).codes.shape == (2, 16)
+    codes = cv.generate_codes(TEXT, speaker="Ryan", language="English", max_new_tokens=3, **GREEDY).codes
+    assert codes.shape == (2, 16)
 
 
 def test_instruct_ignored_by_small_custom_voice(models, monkeypatch):
@@ -365,6 +366,6 @@ def test_sample_tokens_binding():
     a = sample_tokens(logits, True, 0.9, 50, 1.0, 7)
     assert a == sample_tokens(logits, True, 0.9, 50, 1.0, 7) != sample_tokens(logits, True, 0.9, 50, 1.0, 8)
     top50 = np.argsort(-logits, axis=1)[:, :50]
-    assert all(t in row for t, row in zip(a, top50))
+    assert all(t in row for t, row in zip(a, top50, strict=True))
     with pytest.raises(ValueError, match="logits"):
         sample_tokens(np.zeros(5, np.float32), False, 1.0, 0, 1.0, 0)

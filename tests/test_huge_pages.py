@@ -17,7 +17,8 @@ from qtts._native import core
 
 # every layer's projections of the talker and the code predictor, the talker's codec head, the
 # code predictor's heads and input projection
-STREAMED = re.compile(r"(talker|code_pred)\.blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight"
+STREAMED = re.compile(r"(talker|code_pred)\.blk\.\d+\."
+                      r"(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight"
                       r"|talker\.codec_head\.weight|code_pred\.lm_head\.\d+\.weight|code_pred\.mtp_proj\.weight")
 
 
@@ -106,7 +107,7 @@ def test_huge_pages_give_the_mapped_weights_results(gguf_dir: Path, name: str, k
         out[(huge, "batch")] = m.synthesize_batch(["One.", "Two, longer."], seed=[1, 2], max_new_tokens=9, **kw)
     np.testing.assert_array_equal(out[True].codes, out[False].codes)
     np.testing.assert_array_equal(out[True].samples, out[False].samples)
-    for a, b in zip(out[(True, "batch")], out[(False, "batch")]):
+    for a, b in zip(out[(True, "batch")], out[(False, "batch")], strict=True):
         np.testing.assert_array_equal(a.samples, b.samples)
 
 

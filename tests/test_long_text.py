@@ -106,7 +106,7 @@ def test_chunked_prefill_matches_one_graph(cv: qtts.Model) -> None:
         try:
             for chunk in (1, 3, len(p.embeddings) - 1):
                 s.prefill_chunk = chunk
-                for got, want in zip(s.talker_prefill(p.embeddings), whole):
+                for got, want in zip(s.talker_prefill(p.embeddings), whole, strict=True):
                     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
         finally:
             s.prefill_chunk = default

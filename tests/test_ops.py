@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from qtts._native import core
-from tests.fixtures.simd import PATHS, U32, path  # noqa: F401  (path is a fixture)
 from qtts.convert.checkpoint import _conv_panels, _convt_panels
+from tests.fixtures.simd import PATHS, U32, path  # noqa: F401  (path is a fixture)
 
 ops = core.ops
 THREADS = (1, 2)
@@ -288,7 +288,7 @@ def test_conv_gemm_does_not_depend_on_the_time_range(path: str, cout: int) -> No
     whole = ops.conv_gemm(xp, w, n, bias, res, n_threads=2)
     cuts = [0, 1, 8, 50, 61, n]
     pieces = [ops.conv_gemm(xp[a: b + (k - 1) * d], w, b - a, bias, res[a:b], n_threads=2)
-              for a, b in zip(cuts, cuts[1:])]
+              for a, b in zip(cuts, cuts[1:], strict=False)]
     np.testing.assert_array_equal(np.concatenate(pieces), whole)
 
 
@@ -298,7 +298,7 @@ def test_rowwise_ops_do_not_depend_on_the_time_range(path: str) -> None:
     ea, ib = np.exp(f32(rng, 29) * 0.5), np.exp(f32(rng, 29) * 0.5)
     cuts = [0, 1, 13, 14, 45]
     for name, fn in {"snake_beta": lambda v: ops.snake_beta(v, ea, ib), "elu_left": lambda v: ops.elu_left(v)}.items():
-        pieces = [fn(x[a:b]) for a, b in zip(cuts, cuts[1:])]
+        pieces = [fn(x[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
         np.testing.assert_array_equal(np.concatenate(pieces), fn(x), err_msg=name)
 
 
@@ -309,7 +309,11 @@ def test_vector_paths_are_bit_identical() -> None:
     for cout in (20, 24, 32, 48):
         w = _conv_panels([f32(rng, cout, 45, 7)])
         xp, res = f32(rng, 101 + 12, 45), f32(rng, 101, cout)
-        assert_vector_paths_identical(on_paths(lambda: ops.conv_gemm(xp, w, 101, res[0], res, n_threads=2)))
+
+        def conv(xp: np.ndarray = xp, w: np.ndarray = w, res: np.ndarray = res) -> np.ndarray:  # this cout's arrays
+            return ops.conv_gemm(xp, w, 101, res[0], res, n_threads=2)
+
+        assert_vector_paths_identical(on_paths(conv))
     assert_vector_paths_identical(on_paths(lambda: ops.snake_beta(x, ea, ib, x[:3])))
     assert_vector_paths_identical(on_paths(lambda: ops.elu_left(x, None, 2)))
 

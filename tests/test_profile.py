@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts.cli.bench_profile import format_profile, summarize
+from qtts.bench.profile import format_profile, summarize
 from qtts.convert.names import TN
 from tests import corrupt
 

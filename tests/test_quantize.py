@@ -14,8 +14,8 @@ from gguf.constants import GGML_QUANT_SIZES
 
 import qtts
 from qtts import _core, cli
-from qtts.runtime.prompt import build_prompt, resolve_voice
 from qtts.convert.quantize import FILE_TYPE, TYPES, quantize
+from qtts.runtime.prompt import build_prompt, resolve_voice
 from tests.fixtures.build import MODEL_NAMES
 
 K_QUANTS = ("q4_k", "q5_k", "q6_k")
@@ -111,7 +111,7 @@ def test_type_policy(out_type: str, gguf_dir: Path, tmp_path: Path) -> None:
     ref, got = _tensors(src), _tensors(out)
     assert list(got) == list(ref) and len(log) == len(ref)
     fallbacks = 0
-    for (name, t), line in zip(got.items(), log):
+    for (name, t), line in zip(got.items(), log, strict=True):
         shape = [int(d) for d in t.shape]
         policy, final = _expected(name, shape, out_type)
         assert t.tensor_type == final, name

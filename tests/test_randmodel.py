@@ -118,7 +118,10 @@ def _check_moments(name: str, t: np.ndarray, init: randmodel.Init) -> None:
     if init.kind == "constant":
         np.testing.assert_array_equal(t, init.a, err_msg=name)
         return
-    mean, std = (init.a, init.b) if init.kind == "normal" else ((init.a + init.b) / 2, (init.b - init.a) / math.sqrt(12))
+    if init.kind == "normal":
+        mean, std = init.a, init.b
+    else:
+        mean, std = (init.a + init.b) / 2, (init.b - init.a) / math.sqrt(12)
     n = t.size
     assert abs(float(t.mean()) - mean) < 5 * std / math.sqrt(n) + 1e-7, (name, float(t.mean()), mean)
     tol = 0.3 if name.startswith("decoder.decoder.6.conv.") else 5 / math.sqrt(n) + 0.02

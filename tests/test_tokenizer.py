@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import unicodedata
 from pathlib import Path
@@ -10,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from qtts.runtime.tokenizer import (
-    Tokenizer, TokenizerData, TokenType, assistant_text, instruct_text, ref_text,
+    Tokenizer,
+    TokenizerData,
+    TokenType,
+    assistant_text,
+    instruct_text,
+    ref_text,
     tokenizer_metadata,
 )
 

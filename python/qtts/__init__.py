@@ -1,14 +1,19 @@
-"""qtts: Qwen3-TTS text-to-speech on ggml."""
+"""qtts: Qwen3-TTS text-to-speech on ggml.
+
+The names below are the public API (docs/python.md); the modules under qtts.runtime are internals.
+"""
 from __future__ import annotations
 
-from .runtime.audio import Audio, AudioChunk, Timings
 from .convert.info import ModelInfo, inspect
 from .errors import QttsError
+from .runtime.audio import Audio, AudioChunk, Timings, pcm16
 from .runtime.config import GenerationConfig
 from .runtime.model import Model, load
+from .runtime.scheduler import Scheduler
+from .runtime.speech import Progress
 from .runtime.text import split_text
 from .runtime.voice import Voice
 
-__all__ = ["Audio", "AudioChunk", "GenerationConfig", "Model", "ModelInfo", "QttsError", "Timings", "Voice", "inspect",
-           "load", "split_text"]
+__all__ = ["Audio", "AudioChunk", "GenerationConfig", "Model", "ModelInfo", "Progress", "QttsError", "Scheduler",
+           "Timings", "Voice", "inspect", "load", "pcm16", "split_text"]
 __version__ = "0.1.0"

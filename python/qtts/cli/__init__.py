@@ -15,9 +15,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..errors import QttsError
 from . import batch, files, serve, speak, voice
 from .args import CliError, Parser, UsageError
-from ..errors import QttsError
 
 COMMANDS = ("speak", "voice", "batch", "serve", "convert", "quantize", "info", "speakers", "languages", "bench")
 

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..convert.weight_types import WEIGHT_TYPES
 from .args import threads as threads_arg
 from .common import load_model
 from .progress import tensor_log
-from ..convert.weight_types import WEIGHT_TYPES
 
 QUANTIZE_DESCRIPTION = ("Change the type of the talker and code-predictor weights of a qtts GGUF file; everything "
                         "else stays F32. Quantize from the F32 or BF16 conversion, not from a quantized file.")

@@ -11,7 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .args import checked, threads as threads_arg
+from .args import checked
+from .args import threads as threads_arg
 from .common import load_model
 
 FORCE_AFTER_S = 10  # after --shutdown-timeout, uvicorn cancels what still runs (nothing, normally)
@@ -51,7 +52,9 @@ def add_parser(sub: Any) -> None:
                         "(default: 30)")
     p.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     p.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
-    p.add_argument("--no-huge-pages", action="store_true", help="keep the streamed weights mapped from the file (shared with other processes) instead of reading them into huge pages")
+    p.add_argument("--no-huge-pages", action="store_true",
+                   help="keep the streamed weights mapped from the file (shared with other processes) instead of "
+                        "reading them into huge pages")
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     p.set_defaults(func=run)
 

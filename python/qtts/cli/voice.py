@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .args import CliError, threads as threads_arg, utf8
+from ..runtime.model import OPS
+from .args import CliError, utf8
+from .args import threads as threads_arg
 from .common import check_input_file, check_writable, load_model
 from .progress import busy
-from ..runtime.model import OPS
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
     from ..runtime.cloning import CloneTimings

@@ -14,7 +14,8 @@ Documented transforms (tests compare every tensor against the checkpoint through
   16 divides `out`, else P = out. Conv1d [out,in,k] is read as k taps (pointwise ones as one
   tap), ConvTranspose1d [in,out,k] as one tap into k*out outputs (tap-major); depthwise
   [C,1,k] is stored as [k,C]; the codecs' transformer linears and the decoder's ConvNeXt
-  pointwise linears [out,in] are one-tap panels. The speaker encoder's SE and final layers, which see one frame, stay 2-D matrices, and
+  pointwise linears [out,in] are one-tap panels. The speaker encoder's SE and final layers, which see
+  one frame, stay 2-D matrices, and
   its attention TDNN, whose input is [x; mean; std], is split into panels for the x part
   (asp.tdnn) and a matrix for the time-constant statistics (asp.tdnn_stats);
 * tensors the 12 Hz inference never reads are dropped: the decoder quantizers' input_proj,
@@ -39,12 +40,12 @@ from gguf import GGUFValueType as VT
 from gguf import GGUFWriter, quants
 from gguf.constants import GGML_QUANT_SIZES
 
+from ..runtime.tokenizer import tokenizer_metadata
+from ..threads import resolve_threads
 from . import hfconfig
 from .gguf_write import OutTensor, write_gguf
 from .names import KV, TN
 from .safetensors_io import TensorRef, open_checkpoint, to_f32
-from ..threads import resolve_threads
-from ..runtime.tokenizer import tokenizer_metadata
 from .weight_types import FILE_TYPE, K_QUANT_TYPES, WEIGHT_TYPES
 
 _FULL_TYPES = {"f32": QT.F32, "bf16": QT.BF16, "q8_0": QT.Q8_0}
@@ -294,7 +295,8 @@ def _match_layer(name: str, ref: TensorRef) -> Entry | None:
                 if net in ("codec_enc.tfm", "codec_dec.pre_tfm") and is_linear:  # run as conv-GEMMs
                     out, cin = ref.shape
                     return Entry(gname, [ref], _panel_shape(1, cin, out), "f32", _linear_panels)
-                return Entry(gname, [ref], ref.shape, "linear" if is_linear and net in ("talker", "code_pred") else "f32")
+                kind = "linear" if is_linear and net in ("talker", "code_pred") else "f32"
+                return Entry(gname, [ref], ref.shape, kind)
     return None
 
 

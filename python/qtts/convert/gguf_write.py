@@ -1,6 +1,7 @@
 """Writing a qtts GGUF file: atomically (a `<name>.<pid>.partial` file renamed at the end, removed
-on any failure; those of killed runs are removed by the next run on the same output) and streaming each tensor's bytes, with tensor data aligned to 64 bytes so mmapped
-weights start on cache lines (the AVX-512 codec kernels load them whole)."""
+on any failure; those of killed runs are removed by the next run on the same output) and
+streaming each tensor's bytes, with tensor data aligned to 64 bytes so mmapped weights start on
+cache lines (the AVX-512 codec kernels load them whole)."""
 from __future__ import annotations
 
 import os

@@ -37,7 +37,8 @@ class ModelInfo:
         gb = self.file_size / 1e9
         lines = [
             f"file            {self.path} ({gb:.3f} GB)",
-            f"model           {self.name}: {self.architecture} {self.variant} {self.size} (format v{self.format_version})",
+            f"model           {self.name}: {self.architecture} {self.variant} {self.size} "
+            f"(format v{self.format_version})",
             f"parameters      {self.parameter_count / 1e6:.1f} M in {self.tensor_count} tensors",
             "tensor types    " + ", ".join(f"{t} {n}" for t, n in sorted(self.tensors_by_type.items())),
             "languages       " + ", ".join(self.languages),

@@ -32,10 +32,10 @@ from gguf import GGUFWriter, ReaderTensor, quants
 from gguf.constants import GGML_QUANT_SIZES
 
 from .._native import core
+from ..threads import resolve_threads
 from .gguf_meta import read_fields
 from .gguf_write import OutTensor, write_gguf
 from .names import KV, TN
-from ..threads import resolve_threads
 from .weight_types import FILE_TYPE, WEIGHT_TYPES
 
 # The type of each tensor role per target (see role_of), before the block-size fallback:
@@ -56,7 +56,7 @@ _POLICY: dict[str, tuple[QT, ...]] = {
     "codec tables": (QT.F32, QT.BF16, QT.F32,  QT.F32,  QT.F32,  QT.F32),
     "f32":          (QT.F32, QT.F32,  QT.F32,  QT.F32,  QT.F32,  QT.F32),
 }
-TYPES = dict(zip(WEIGHT_TYPES, _POLICY["linear"]))
+TYPES = dict(zip(WEIGHT_TYPES, _POLICY["linear"], strict=True))
 _K_QUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
 _SENSITIVE = re.compile(r"\.(attn_v|ffn_down)\.weight$|^talker\.codec_head\.|^code_pred\.lm_head\.")
 _RE_ENCODABLE = (QT.F32, QT.BF16)

@@ -61,7 +61,8 @@ class QwenTTSCompat:
         audios = ref_audio if isinstance(ref_audio, list) else [ref_audio]
         texts = _broadcast("ref_text", ref_text, len(audios))
         modes = _broadcast("x_vector_only_mode", x_vector_only_mode, len(audios))
-        return [self.create_voice(a, t, x_vector_only_mode=bool(x)) for a, t, x in zip(audios, texts, modes)]
+        return [self.create_voice(a, t, x_vector_only_mode=bool(x))
+                for a, t, x in zip(audios, texts, modes, strict=True)]
 
     def generate_voice_clone(self: Model, text: str | list[str],  # type: ignore[misc]
                              language: str | list[str] | None = None, ref_audio: Any = None,

@@ -79,6 +79,20 @@ def set_matmul_path(path: str) -> None:
     core.ops.set_matmul_path(path)
 
 
+def quantize_rows(rows: np.ndarray, type_name: str, n_threads: int = 1) -> np.ndarray:
+    """F32 rows [n, k] in a ggml weight type, one row of bytes each: [n, row bytes] (benchmarks)."""
+    data = np.frombuffer(core.quantize(rows, type_name, n_threads), dtype=np.uint8)
+    return data.reshape(rows.shape[0], -1)
+
+
+def time_matmul(weights: np.ndarray, type_name: str, x: np.ndarray, *, n_threads: int, repeats: int, copies: int,
+                huge_pages: bool) -> np.ndarray:
+    """Seconds of each of `repeats` timed graphs multiplying `copies` copies of the quantized
+    weights by x on the current matmul path (set_matmul_path; bench matmul)."""
+    return np.asarray(core.ops.time_matmul(weights, type_name, x, n_threads=n_threads, repeats=repeats,
+                                           copies=copies, huge_pages=huge_pages))
+
+
 def build_info() -> dict[str, Any]:
     """The ggml version and the CPU features the native core sees."""
     return {"ggml": str(core.ggml_version()), "cpu_features": list(core.cpu_features())}

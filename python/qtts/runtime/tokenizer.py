@@ -160,7 +160,7 @@ class Tokenizer:
         if len(data.tokens) != len(data.token_types):
             raise ValueError("tokens and token_types differ in length")
         vocab: dict[str, int] = {}
-        for i, (tok, ty) in enumerate(zip(data.tokens, data.token_types)):
+        for i, (tok, ty) in enumerate(zip(data.tokens, data.token_types, strict=True)):
             if ty == TokenType.UNUSED:
                 continue
             if tok in vocab:
@@ -189,7 +189,7 @@ class Tokenizer:
         def added(ty: TokenType) -> list[Any]:
             return [AddedToken(t, special=ty == TokenType.CONTROL, normalized=False,
                                lstrip=False, rstrip=False, single_word=False)
-                    for t, y in zip(data.tokens, data.token_types) if y == ty]
+                    for t, y in zip(data.tokens, data.token_types, strict=True) if y == ty]
 
         tok.add_special_tokens(added(TokenType.CONTROL))
         tok.add_tokens(added(TokenType.USER_DEFINED))

@@ -53,24 +53,22 @@ def measure(type_name: str, k: int, n: int, threads: int, columns: int, repeat: 
             huge_pages: bool = True) -> MatmulResult:
     import numpy as np
 
-    from .._native import core
+    from ..runtime.engine import quantize_rows, set_matmul_path, time_matmul
 
-    ops = core.ops
     rng = np.random.default_rng(seed)
-    w = np.frombuffer(core.quantize(rng.standard_normal((n, k)).astype(np.float32), type_name, 1), dtype=np.uint8)
-    w = w.reshape(n, -1)
+    w = quantize_rows(rng.standard_normal((n, k)).astype(np.float32), type_name)
     x = rng.standard_normal((columns, k)).astype(np.float32)
     copies = max(1, STREAM_BYTES // w.nbytes)
     best = {"native": float("inf"), "ggml": float("inf")}
     try:
         for _ in range(2):  # alternate, so that both see the same load
             for path in best:
-                ops.set_matmul_path(path)
-                t = ops.time_matmul(w, type_name, x, n_threads=threads, repeats=repeat, copies=copies,
-                                    huge_pages=huge_pages)
+                set_matmul_path(path)
+                t = time_matmul(w, type_name, x, n_threads=threads, repeats=repeat, copies=copies,
+                                huge_pages=huge_pages)
                 best[path] = min(best[path], float(np.median(t)) / copies)
     finally:
-        ops.set_matmul_path("native")
+        set_matmul_path("native")
     return MatmulResult(type_name, k, n, threads, columns, best["native"] * 1e6, best["ggml"] * 1e6,
                         w.nbytes / best["native"] / 1e9, w.nbytes / best["ggml"] / 1e9, best["ggml"] / best["native"])
 
@@ -102,18 +100,3 @@ def format_matmul(r: dict[str, Any]) -> str:
                     f"{x['ggml_us']:>10.0f}{x['native_gbs']:>12.1f}{x['ggml_gbs']:>10.1f}"
                     f"{100 * x['native_gbs'] / bw:>11.0f}{x['speedup']:>8.2f}{extra:>8.0f}")
     return "\n".join(rows)
-
-
-def add_parser(bs: Any, run: Any) -> None:
-    p = bs.add_parser("matmul", help="quantized matmul vs ggml's mul_mat on the 0.6B shapes (weights from memory)")
-    p.add_argument("--types", nargs="+", default=["q8_0", "q4_k"], choices=["q8_0", "q4_k", "q6_k"],
-                   help="weight types (default: q8_0 q4_k)")
-    p.add_argument("-t", "--threads", nargs="+", type=int, default=[1, 2], help="thread counts (default: 1 2)")
-    p.add_argument("--columns", nargs="+", type=int, default=[1, 2, 4, 8],
-                   help="activation columns M, a batch of M sequences (default: 1 2 4 8)")
-    p.add_argument("--repeat", type=int, default=20, help="timed runs per measurement, the median kept (default 20)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
-    p.add_argument("--no-huge-pages", action="store_true",
-                   help="weights in 4 KiB pages instead of transparent huge pages (the model's huge_pages=False)")
-    p.add_argument("--json", help="also write the results as JSON to this file")
-    p.set_defaults(func=run)

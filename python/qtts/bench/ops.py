@@ -1,7 +1,8 @@
 """`qtts-cli bench ops`: the audio networks on their two paths, native custom CPU ops against
-portable stock ggml ops (docs/kernels.md, "Portable graphs"), in one process on the CPU.
+portable stock ggml ops (docs/kernels.md, "Portable graphs"), in one process on `--device`
+(default the CPU).
 
-Both models load the same random-weight GGUF (bench.prepare); each case alternates the paths
+Both models load the same random-weight GGUF (common.prepare); each case alternates the paths
 repetition by repetition, so that load from other processes hits both alike, and keeps each
 path's best. Times are per 12.5 Hz frame: of decoded audio for the vocoder, of input audio for
 the codec encoder and the speaker encoder.
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from .common import clip, logger, machine, prepare
 
 PATHS = ("native", "portable")
 
@@ -35,17 +37,15 @@ def run_ops(a: argparse.Namespace) -> dict[str, Any]:
 
     import qtts
 
-    from .bench import _clip, machine, prepare
-
-    log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
+    log = logger(a.quiet)
     gguf = a.model or str(prepare(a.release, a.type, a.seed, log))
-    models = {p: qtts.Model(gguf, n_threads=a.threads, device="cpu", voice_cache=False, ops=p) for p in PATHS}
+    models = {p: qtts.Model(gguf, n_threads=a.threads, device=a.device, voice_cache=False, ops=p) for p in PATHS}
     rate = models["native"].sample_rate
     hop = rate * 2 // 25  # samples per 12.5 Hz frame
     codes = np.random.default_rng(a.seed).integers(0, 2048, (a.frames, 16))
-    wav = _clip(a.frames * hop / rate, a.seed)
+    wav = clip(a.frames * hop / rate, a.seed)
     out: dict[str, Any] = {"benchmark": "ops", "release": a.release, "type": a.type, "frames": a.frames,
-                           "threads": a.threads, **machine(),
+                           "threads": a.threads, "device": a.device, **machine(),
                            "portable_weight_mb": models["portable"].engine.portable_weight_bytes / 2**20,
                            "results": {}}
 
@@ -74,18 +74,6 @@ def format_ops(r: dict[str, Any]) -> str:
     rows = [f"{'network':<18}{'native ms/frame':>17}{'portable ms/frame':>19}{'ratio':>8}"]
     for name, x in r["results"].items():
         rows.append(f"{name:<18}{x['native']:>17.2f}{x['portable']:>19.2f}{x['portable'] / x['native']:>8.2f}")
-    return (f"{r['release']} {r['type']} random weights, {r['frames']} frames, {r['threads']} threads, CPU; "
+    return (f"{r['release']} {r['type']} random weights, {r['frames']} frames, {r['threads']} threads, "
+            f"{r.get('device', 'cpu')}; "
             f"portable conv weights {r['portable_weight_mb']:.1f} MB\n" + "\n".join(rows))
-
-
-def add_parser(bs: Any, types: tuple[str, ...]) -> None:
-    p = bs.add_parser("ops", help="the audio networks' native vs portable ops on the CPU, in one process")
-    p.add_argument("--release", default="0.6B-Base", help="released configuration to build (default 0.6B-Base)")
-    p.add_argument("-m", "--model", help="benchmark this GGUF instead of a random-weight build")
-    p.add_argument("--type", default="q8_0", choices=types, help="weight type of the build (default q8_0)")
-    p.add_argument("--frames", type=int, default=50, help="12.5 Hz frames of audio per case (default 50)")
-    p.add_argument("--repeat", type=int, default=3, help="timed repetitions per path, the best kept (default 3)")
-    p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
-    p.add_argument("--json", help="also write the results as JSON to this file")
-    p.add_argument("-q", "--quiet", action="store_true", help="no per-case progress lines")

@@ -1,5 +1,5 @@
 """`qtts-cli bench serve`: continuous-batching throughput and time to first audio on a full-size
-random-weight model (the models and caching of `bench speed`, qtts.cli.bench).
+random-weight model (the models and caching of `bench speed`, common.prepare).
 
 Per weight type, in a fresh process: B = 1, 2, 4, 8 requests of a fixed frame count (EOS masked)
 stepped together, measured twice: codes only (the batched talker and code predictor, no vocoder)
@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import threading
 import time
 from typing import Any
 
-from .bench import TEXT, _clip, _settings, _worker, machine, prepare
+from .common import TEXT, clip, logger, machine, prepare, settings, worker
 
 BATCHES = (1, 2, 4, 8)
 CLIENTS = (1, 4, 8)
@@ -29,18 +28,19 @@ def _percentile(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q))
 
 
-def serve_worker(gguf: str, threads: int, frames: int, seed: int, rounds: int) -> dict[str, Any]:
+def serve_worker(gguf: str, threads: int, frames: int, seed: int, rounds: int, device: str = "cpu") -> dict[str, Any]:
     import qtts
+
     from ..runtime.config import GenerationConfig
     from ..runtime.prompt import build_prompt, resolve_voice
     from ..runtime.scheduler import Scheduler
 
-    m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False)
+    m = qtts.Model(gguf, n_threads=threads, device=device, voice_cache=False)
     if m.variant == "base":
-        kw: dict[str, Any] = {"voice": m.create_voice((_clip(5.0), 24000), x_vector_only_mode=True)}
+        kw: dict[str, Any] = {"voice": m.create_voice((clip(5.0), 24000), x_vector_only_mode=True)}
     else:
         kw = {"speaker": m.speakers[0]} if m.variant == "custom_voice" else {"instruct": "A calm voice."}
-    m.synthesize("Warm up.", **kw, **_settings(4, seed))
+    m.synthesize("Warm up.", **kw, **settings(4, seed))
     fps = m.engine.frame_rate
     r: dict[str, Any] = {"codes": {}, "end_to_end": {}, "ttfa": {}}
     cond = resolve_voice(m, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
@@ -50,7 +50,7 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, rounds: int) -
         with m.engine.session() as s:
             prompt = build_prompt(m, s, TEXT, cond, non_streaming_mode=m.variant != "base")
             for i in range(b):
-                cfg = GenerationConfig.resolve(m.generation_defaults, _settings(frames, seed + i), seed + i, None)
+                cfg = GenerationConfig.resolve(m.generation_defaults, settings(frames, seed + i), seed + i, None)
                 s.batch_add(batch, prompt.embeddings, prompt.trailing, cfg)
             t0 = time.perf_counter()
             n = 0
@@ -62,7 +62,7 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, rounds: int) -
     for b in BATCHES:  # end to end: the scheduler, the vocoder per sequence
         with Scheduler(m, max_batch=b, max_queue=b) as sched:
             t0 = time.perf_counter()
-            jobs = [sched.submit(TEXT, **kw, **_settings(frames, seed + i)) for i in range(b)]
+            jobs = [sched.submit(TEXT, **kw, **settings(frames, seed + i)) for i in range(b)]
             audio = sum(job.result().duration for job in jobs)
             wall = time.perf_counter() - t0
         r["end_to_end"][b] = {"audio_s_per_s": audio / wall, "ms_per_frame": wall / frames * 1e3,
@@ -71,8 +71,8 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, rounds: int) -
         ttfa: list[float] = []
         with Scheduler(m, max_batch=max(CLIENTS), max_queue=c) as sched:
             for k in range(rounds):
-                def client(i: int) -> None:
-                    job = sched.submit(TEXT, **kw, **_settings(frames, seed + 100 * k + i))
+                def client(i: int, k: int = k, ttfa: list[float] = ttfa) -> None:
+                    job = sched.submit(TEXT, **kw, **settings(frames, seed + 100 * k + i))
                     for _ in job:
                         pass
                     ttfa.append(job.timings.time_to_first_audio_ms or 0.0)
@@ -88,12 +88,13 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, rounds: int) -
 
 
 def run_serve(a: argparse.Namespace) -> dict[str, Any]:
-    log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
+    log = logger(a.quiet)
     out: dict[str, Any] = {"benchmark": "serve", "release": a.release, "frames": a.frames, "threads": a.threads,
-                           "seed": a.seed, "rounds": a.rounds, **machine(), "results": {}}
+                           "seed": a.seed, "rounds": a.rounds, "device": a.device, **machine(), "results": {}}
     for qtype in a.types:
         gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
-        out["results"][qtype] = _worker("serve", gguf, str(a.threads), str(a.frames), str(a.seed), str(a.rounds))
+        out["results"][qtype] = worker("serve", gguf, str(a.threads), str(a.frames), str(a.seed), str(a.rounds),
+                                       a.device)
         if log:
             log(f"{qtype}: " + json.dumps(out["results"][qtype]))
     out["load_avg_end"] = os.getloadavg()[0]
@@ -116,26 +117,3 @@ def format_serve(r: dict[str, Any]) -> str:
         rows.append(f"{'':<{len(qtype) + 2}}time to first audio: " + ", ".join(
             f"{c} clients p50 {t['p50_ms']:.0f} / p95 {t['p95_ms']:.0f} ms" for c, t in x["ttfa"].items()))
     return "\n".join(rows)
-
-
-def add_serve_parser(bs: Any, run: Any) -> None:
-    p = bs.add_parser("serve", help="batched serving: throughput at B = 1, 2, 4, 8 and time to first audio")
-    p.add_argument("--release", default="0.6B-Base", help="released configuration to build (default 0.6B-Base)")
-    p.add_argument("-m", "--model", help="benchmark this GGUF instead of a random-weight build")
-    p.add_argument("--types", nargs="+", default=["q8_0", "q4_k"], choices=("f32", "bf16", "q8_0", "q4_k"),
-                   help="weight types to measure, each in a fresh process (default: q8_0 q4_k)")
-    p.add_argument("--frames", type=int, default=24, help="frames per request (EOS masked; 12.5 per second)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds of concurrent streaming clients (default 2)")
-    p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
-    p.add_argument("--json", help="also write the results as JSON to this file")
-    p.add_argument("-q", "--quiet", action="store_true", help="no per-configuration progress lines")
-    p.set_defaults(func=run)
-
-
-def main_worker(args: list[str]) -> dict[str, Any]:
-    return serve_worker(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]))
-
-
-if __name__ == "__main__":
-    print(json.dumps(main_worker(sys.argv[1:])))

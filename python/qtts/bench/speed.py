@@ -10,11 +10,10 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from . import bench_profile
-from .bench import REF_TEXT, TEXT, _clip, _settings, _worker, machine, prepare
+from . import profile as bench_profile
+from .common import REF_TEXT, TEXT, clip, logger, machine, prepare, settings, worker
 
 BANDWIDTH_BYTES = 512 << 20
 # Bytes per element of the weight types a talker or code predictor holds.
@@ -96,7 +95,7 @@ def sgemm_gflops() -> float:
     matrix products through numpy's BLAS on one thread (tuned BLAS reaches 90-95% of the FMA
     peak; a nominal clock times FLOP per cycle misjudges turbo and virtual CPUs)."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    code = "from qtts.cli.bench_speed import _sgemm_once; print(_sgemm_once())"
+    code = "from qtts.bench.speed import _sgemm_once; print(_sgemm_once())"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     return float(p.stdout.strip().splitlines()[-1])
 
@@ -120,6 +119,7 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
                  vocoder_threads: int = 0, profile: bool = False, huge_pages: bool = True,
                  device: str = "cpu", precision: str = "auto") -> dict[str, Any]:
     import qtts
+
     from ..runtime.audio import peak_rss_mb
     from ..runtime.cloning import create_voice
     from ..runtime.engine import set_matmul_path
@@ -135,23 +135,24 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
                          "huge_page_mb": m.engine.huge_page_bytes / 1e6,
                          "packed_mb": m.engine.packed_bytes / 1e6}
     if m.variant == "base":
-        create_voice(m, _clip(2.0), None, True, None)  # warm-up: page in the encoders
-        voice, ct = create_voice(m, _clip(30.0), None, True, None)
+        create_voice(m, clip(2.0), None, True, None)  # warm-up: page in the encoders
+        voice, ct = create_voice(m, clip(30.0), None, True, None)
         r["speaker_encode_30s_ms"] = ct.speaker_encode_ms
-        _, ct = create_voice(m, _clip(10.0), REF_TEXT, False, None)
+        _, ct = create_voice(m, clip(10.0), REF_TEXT, False, None)
         r["icl_encode_10s_ms"] = {"speaker": ct.speaker_encode_ms, "codec": ct.codec_encode_ms}
         kw: dict[str, Any] = {"voice": voice}
     else:
         kw = {"speaker": m.speakers[0]} if m.variant == "custom_voice" else {"instruct": "A calm voice."}
-    m.synthesize("Warm up.", **kw, **_settings(4, seed))
+    m.synthesize("Warm up.", **kw, **settings(4, seed))
     t = qtts.Timings()
-    n = sum(len(c.samples) for c in m.stream(TEXT, timings=t, **kw, **_settings(frames, seed)))
+    n = sum(len(c.samples) for c in m.stream(TEXT, timings=t, **kw, **settings(frames, seed)))
     assert t.frames == frames and n == frames * m.engine.samples_per_frame
     gen = t.talker_ms_per_frame + t.predictor_ms_per_frame
     cond = resolve_voice(m, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
                          voice=kw.get("voice"))
     with m.engine.session() as s:
-        n_prompt = len(build_prompt(m, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(m.variant)).embeddings)
+        prompt = build_prompt(m, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(m.variant))
+    n_prompt = len(prompt.embeddings)
     tensors = m.engine.tensor_info()
     stages = stage_bytes(tensors, m.hparams, n_prompt + frames / 2)
     r.update(prefill_ms=t.prefill_ms, talker_ms_per_frame=t.talker_ms_per_frame,
@@ -162,7 +163,7 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
              bytes_per_frame=sum(stages.values()), stage_bytes_per_frame=stages,
              vocoder_flop_per_frame=vocoder_flop(tensors), peak_rss_mb=peak_rss_mb(), **m.engine.memory())
     if profile:
-        r["profile"] = bench_profile.collect(m, TEXT, {**kw, **_settings(frames, seed)}, frames, r)
+        r["profile"] = bench_profile.collect(m, TEXT, {**kw, **settings(frames, seed)}, frames, r)
     return r
 
 
@@ -183,10 +184,10 @@ def _analysis(r: dict[str, Any], bandwidth: float, peak: float | None, threads: 
 def run_speed(a: argparse.Namespace) -> dict[str, Any]:
     from ..runtime.pipeline import candidate_split
 
-    log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
+    log = logger(a.quiet)
     peak = sgemm_gflops()
     out: dict[str, Any] = {"benchmark": "speed", "release": a.release, "frames": a.frames, "threads": a.threads,
-                           "seed": a.seed, "matmul": a.matmul, **machine(), "bandwidth_gb_per_s":
+                           "seed": a.seed, "matmul": a.matmul, "device": a.device, **machine(), "bandwidth_gb_per_s":
                            stream_bandwidth(a.threads), "sgemm_gflop_per_s_per_core": peak,
                            "results": {}}
     bandwidth = out["bandwidth_gb_per_s"][str(a.threads) if a.threads > 1 else "1"]
@@ -194,13 +195,13 @@ def run_speed(a: argparse.Namespace) -> dict[str, Any]:
         gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
         args = [gguf, str(a.threads), str(a.frames), str(a.seed), a.matmul]
         pages = str(int(not a.no_huge_pages))
-        serial = _worker("speed", *args, "0", str(int(a.profile)), pages)
+        serial = worker("speed", *args, "0", str(int(a.profile)), pages, a.device)
         _analysis(serial, bandwidth, peak, a.threads)
         v = a.vocoder_threads
         if v is None and a.threads > 1:
             v = candidate_split(a.threads, serial["generation_ms_per_frame"], serial["vocoder_ms_per_frame"])
         if v:
-            piped = _worker("speed", *args, str(v), "0", pages)
+            piped = worker("speed", *args, str(v), "0", pages, a.device)
             _analysis(piped, bandwidth, peak, a.threads)
             serial["pipelined"] = piped
         serial["split_chosen"] = v if v and serial["pipelined"]["rtf"] < serial["rtf"] else 0
@@ -211,7 +212,7 @@ def run_speed(a: argparse.Namespace) -> dict[str, Any]:
         from ..convert.registry import cache_dir
 
         hf = cache_dir() / "bench" / f"{a.release}-seed{a.seed}" / "hf"
-        out["reference"] = _worker("reference", str(hf), str(a.threads), str(a.frames), str(a.seed))
+        out["reference"] = worker("reference", str(hf), str(a.threads), str(a.frames), str(a.seed))
     out["load_avg_end"] = os.getloadavg()[0]
     return out
 

@@ -1,5 +1,5 @@
 """`qtts-cli bench batch`: bulk-synthesis throughput of `qtts-cli batch` on a full-size
-random-weight model (the models and caching of `bench speed`, qtts.cli.bench).
+random-weight model (the models and caching of `bench speed`, common.prepare).
 
 A manifest of --items items of about two sentences each, every item pinned to --frames frames
 (random weights never emit EOS: min_new_tokens / max_new_tokens fix the length, as bench speed
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .bench import _clip, machine, prepare
+from .common import clip, logger, machine, prepare
 
 WORDS = ("the quiet river carries light through morning fields while distant bells answer every patient "
          "traveller who waits beside old stone bridges and listens to stories of harvest rain and wind").split()
@@ -47,7 +47,7 @@ def write_manifest(path: Path, items: int, frames: int, seed: int) -> None:
 def _voice(gguf: str, work: Path) -> Path:
     import soundfile as sf
 
-    sf.write(work / "ref.wav", _clip(5.0), 24000)
+    sf.write(work / "ref.wav", clip(5.0), 24000)
     out = work / "voice.qvoice"
     subprocess.run([sys.executable, "-m", "qtts.cli", "voice", "create", "-m", gguf, "--ref-audio",
                     str(work / "ref.wav"), "--x-vector-only", "-o", str(out), "-t", "2", "-q"], check=True)
@@ -55,7 +55,7 @@ def _voice(gguf: str, work: Path) -> Path:
 
 
 def run_bulk(a: argparse.Namespace) -> dict[str, Any]:
-    log = None if a.quiet else (lambda s: print(s, file=sys.stderr))
+    log = logger(a.quiet)
     gguf = a.model or str(prepare(a.release, a.type, a.seed, log))
     out: dict[str, Any] = {"benchmark": "batch", "release": a.release, "type": a.type, "model": gguf, "items": a.items,
                            "frames": a.frames, "max_batch": a.max_batch, "seed": a.seed, **machine(), "results": {}}
@@ -94,17 +94,3 @@ def format_bulk(r: dict[str, Any]) -> str:
         rows.append(f"{name:<16}{x['process_wall_s']:>8.1f}{x['synthesis_wall_s']:>9.1f}{x['audio_s']:>9.1f}"
                     f"{x['audio_s_per_s']:>11.2f}  {mem}")
     return "\n".join(rows)
-
-
-def add_batch_parser(bs: Any, run: Any) -> None:
-    p = bs.add_parser("batch", help="bulk synthesis: 1 worker, --jobs 2 and --ray with 2 actors")
-    p.add_argument("--release", default="0.6B-Base", help="released configuration to build (default 0.6B-Base)")
-    p.add_argument("--type", default="q4_k", choices=("f32", "bf16", "q8_0", "q4_k"), help="weight type (default q4_k)")
-    p.add_argument("-m", "--model", help="benchmark this GGUF (a base model) instead of a random-weight build")
-    p.add_argument("--items", type=int, default=100, help="items of about two sentences (default 100)")
-    p.add_argument("--frames", type=int, default=60, help="frames per item (EOS masked; default 60 = 4.8 s)")
-    p.add_argument("--max-batch", type=int, default=8, help="items stepped together per worker (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and items (default 0)")
-    p.add_argument("--json", help="also write the results as JSON to this file")
-    p.add_argument("-q", "--quiet", action="store_true", help="no per-configuration progress lines")
-    p.set_defaults(func=run)

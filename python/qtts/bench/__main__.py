@@ -1,0 +1,36 @@
+"""`python -m qtts.bench KIND ARGS...`: one measurement in a fresh process (common.worker), its
+result printed as one JSON line."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def measure(kind: str, args: list[str]) -> dict[str, Any]:
+    if kind == "speed":
+        from .speed import speed_worker
+
+        return speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]), args[4], int(args[5]), args[6] == "1",
+                            args[7] == "1", args[8])
+    if kind == "reference":
+        from .reference import reference_worker
+
+        return reference_worker(args[0], int(args[1]), int(args[2]), int(args[3]))
+    if kind == "quality":
+        from .quality import quality_worker
+
+        return quality_worker(args[2:], int(args[0]), int(args[1]))
+    if kind == "serve":
+        from .serve import serve_worker
+
+        return serve_worker(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]), args[5])
+    if kind == "memory":
+        from .memory import memory_worker
+
+        return memory_worker(args[0], int(args[1]), args[2], args[3] or None)
+    raise ValueError(f"unknown benchmark worker {kind!r}")
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(sys.argv[1], sys.argv[2:])))
