@@ -141,8 +141,9 @@ def goldens(out: Path) -> dict[str, Any]:
 
     install()  # placeholders for the reference's optional audio imports, before qwen_tts
     sys.path.insert(0, str(REPO))
-    from qtts.convert.checkpoint import convert
     from qwen_tts import Qwen3TTSModel
+
+    from qtts.convert.checkpoint import convert
     from tests.fixtures.build import ensure_fixtures
 
     root = ensure_fixtures()
@@ -270,8 +271,8 @@ def parity(gold: Path, device: str, precision: str, ops: str = "auto") -> dict[s
         case["prefill_logits_cosine"], case["prefill_hidden_cosine"] = _cos(got[0], ref[0]), _cos(got[1], ref[1])
         case["prefill_hidden_max_abs"] = float(np.abs(got[1] - ref[1]).max())
         got, ref = got[2:], ref[2:]
-        case["logits_cosine_min"] = min(_cos(a, b) for a, b in zip(got, ref))
-        case["logits_max_abs"] = max(float(np.abs(a - b).max()) for a, b in zip(got, ref))
+        case["logits_cosine_min"] = min(_cos(a, b) for a, b in zip(got, ref, strict=True))
+        case["logits_max_abs"] = max(float(np.abs(a - b).max()) for a, b in zip(got, ref, strict=True))
         # the codec decoder alone on the codes the reference decoded, against its decode
         with m.engine.session() as s:
             dec = s.decode(g[f"case{i}.decoded_codes"])
@@ -311,8 +312,8 @@ def official(release: str, frames: int) -> dict[str, Any]:
     """The official package on the same device and weights: bf16, x-vector voice, same frames."""
     import torch
 
-    from qtts.bench.common import clip as bench_clip
     from qtts._reference import install
+    from qtts.bench.common import clip as bench_clip
     from qtts.bench.common import prepare
 
     install()  # placeholders for the reference's optional audio imports
@@ -460,7 +461,8 @@ def format_table(res: dict[str, Any]) -> str:
                          f"{c['prefill_hidden_cosine']:.7f} / {c['prefill_hidden_max_abs']:.1e} | "
                          f"{c['logits_cosine_min']:.7f} | {c['logits_max_abs']:.2e} | {c['codec_snr_db']:.1f} |")
     lines += ["", "## Speed (100 frames unless said; ms per frame)", "",
-              "| run | devices | gen | talker | predictor | vocoder | first audio ms | RTF |", "|---|---|---|---|---|---|---|---|"]
+              "| run | devices | gen | talker | predictor | vocoder | first audio ms | RTF |",
+              "|---|---|---|---|---|---|---|---|"]
     for name, p in ph.items():
         got = (p or {}).get("result")
         if not name.startswith(("speed", "official")):
@@ -474,7 +476,8 @@ def format_table(res: dict[str, Any]) -> str:
             dev = ", ".join(sorted(set(got.get("devices", {}).values())))
             lines.append(f"| {name} | {dev} {got.get('precision')} | {got['generation_ms_per_frame']:.2f} | "
                          f"{got['talker_ms_per_frame']:.2f} | {got['predictor_ms_per_frame']:.2f} | "
-                         f"{got['vocoder_ms_per_frame']:.2f} | {got['time_to_first_audio_ms']:.0f} | {got['rtf']:.3f} |")
+                         f"{got['vocoder_ms_per_frame']:.2f} | {got['time_to_first_audio_ms']:.0f} | "
+                         f"{got['rtf']:.3f} |")
     return "\n".join(lines) + "\n"
 
 
