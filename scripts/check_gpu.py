@@ -81,7 +81,7 @@ def _wheel(wheels: Path, prefix: str) -> list[str]:
     return [str(p) for p in sorted(wheels.glob(f"{prefix}-*.whl"))]
 
 
-def build(wheels: Path, work: Path, log: Path) -> tuple[str, str]:
+def build(wheels: Path, work: Path, log: Path, cuda_build: bool = True) -> tuple[str, str]:
     """ggml (CUDA) and qtts built into a folder of their own on top of this interpreter's
     packages (a venv would not see them when this interpreter is itself a venv's), the build
     back end's pinned versions in another, the reference's wheels in a third. Returns (site
@@ -109,12 +109,11 @@ def build(wheels: Path, work: Path, log: Path) -> tuple[str, str]:
         sh([*pip, "--target", str(build_site), *wheels_of("scikit_build_core", "setuptools_scm", "vcs_versioning",
                                                            "packaging")])
         sh([*pip, "--target", str(site), *wheels_of("gguf", "soundfile", "soxr", "cffi", "pycparser")])
-        arch = _gpu_arch()
         # the documented GPU install (docs/gpu.md), offline: ggml's sdist with CUDA for this GPU
-        sh([*pip, "--target", str(site), "--no-build-isolation", "--no-binary", "libggml-python", GGML,
-            "-C", "cmake.define.GGML_CUDA=ON", "-C", f"cmake.define.CMAKE_CUDA_ARCHITECTURES={arch}",
-            "-C", "cmake.define.GGML_CUDA_GRAPHS=ON", "-C", "cmake.define.GGML_CUDA_FA=OFF",
-            "-C", "cmake.define.GGML_CUDA_NCCL=OFF"])
+        cuda_flags = ["-C", "cmake.define.GGML_CUDA=ON", "-C", f"cmake.define.CMAKE_CUDA_ARCHITECTURES={_gpu_arch()}",
+                      "-C", "cmake.define.GGML_CUDA_GRAPHS=ON", "-C", "cmake.define.GGML_CUDA_FA=OFF",
+                      "-C", "cmake.define.GGML_CUDA_NCCL=OFF"] if cuda_build else []
+        sh([*pip, "--target", str(site), "--no-build-isolation", "--no-binary", "libggml-python", GGML, *cuda_flags])
         sh([*pip, "--target", str(site), "--no-build-isolation", str(REPO)])
         sh([*pip, "--target", str(ref_site), *wheels_of("qwen_tts", "transformers", "huggingface_hub", "tokenizers",
                                                          "accelerate", "librosa", "audioread", "decorator", "pooch",
@@ -400,7 +399,7 @@ def run(a: argparse.Namespace) -> int:
     if not a.no_build:
         t = time.monotonic()
         try:
-            r.site, r.ref_site = build(Path(a.wheels).resolve(), work, out / "build.log")
+            r.site, r.ref_site = build(Path(a.wheels).resolve(), work, out / "build.log", not a.no_cuda_build)
             r.results["build"] = {"seconds": round(time.monotonic() - t, 1), "ok": True}
         except subprocess.CalledProcessError as e:
             r.results["build"] = {"seconds": round(time.monotonic() - t, 1), "ok": False, "error": str(e)}
@@ -494,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--device", default="auto")
     r.add_argument("--ops", default="auto", help="the parity models' path (portable: what a GPU runs)")
     r.add_argument("--no-build", action="store_true", help="use this environment's qtts (no CUDA build)")
+    r.add_argument("--no-cuda-build", action="store_true", help="build ggml for the CPU only (tries the build here)")
     r.add_argument("--frames", type=int, default=100)
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--phases", help="run only these phases (comma-separated names as in the JSON)")

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..runtime.model import PRECISIONS
 from .args import checked
 from .args import threads as threads_arg
 from .common import load_model
@@ -52,6 +53,9 @@ def add_parser(sub: Any) -> None:
                         "(default: 30)")
     p.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
     p.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="a GPU's matrix products: exact (F32) or fast (TF32/BF16 where ggml picks them); "
+                        "default: auto, fast (docs/gpu.md)")
     p.add_argument("--no-huge-pages", action="store_true",
                    help="keep the streamed weights mapped from the file (shared with other processes) instead of "
                         "reading them into huge pages")
@@ -88,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and args.api_key is None:
         print(f"qtts-cli serve: warning: listening on {args.host} without --api-key: anyone who can reach "
               "this address can use the server", file=sys.stderr)
-    model = load_model(args, n_threads=args.threads, device=args.device, huge_pages=not args.no_huge_pages)
+    model = load_model(args, n_threads=args.threads, device=args.device, huge_pages=not args.no_huge_pages,
+                       precision=args.precision)
     scheduler = Scheduler(model, max_batch=args.max_batch, max_queue=args.max_queue)
     app = create_app(model, scheduler, model_id=_model_id(model, args), api_key=args.api_key,
                      voices_dir=args.voices)

@@ -20,7 +20,7 @@ from .common import check_writable, load_model
 from .progress import generation_bar
 from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
 from ..convert.hfconfig import GENERATION_DEFAULTS
-from ..runtime.model import OPS
+from ..runtime.model import OPS, PRECISIONS
 from ..runtime.text import SPLIT_ABOVE_CHARS
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
@@ -174,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
     model = load_model(args, n_threads=args.threads, device=args.device, ops=args.ops,
-                       vocoder_threads=args.vocoder_threads, huge_pages=not args.no_huge_pages)
+                       vocoder_threads=args.vocoder_threads, huge_pages=not args.no_huge_pages,
+                       precision=args.precision)
     if args.ref_audio is not None:
         voice, clone = clone_voice(model, args)
     elif voice is None and model.variant == "base":
@@ -283,6 +284,9 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--ops", default="auto", choices=OPS,
                    help="the audio networks' and the attention's ops: native CPU kernels or portable stock "
                         "ggml ops (default: auto, native on the CPU)")
+    r.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="a GPU's matrix products: exact (F32) or fast (TF32/BF16 where ggml picks them); "
+                        "default: auto, fast (docs/gpu.md)")
     r.add_argument("--no-huge-pages", action="store_true", help="keep the streamed weights mapped from the file (shared with other processes) instead of reading them into huge pages")
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..runtime.engine import Engine
+from ..runtime.engine import Engine, available_devices
 from ..runtime.model import check_gguf_path, supported_languages
 from .names import KV
 
@@ -29,6 +29,8 @@ class ModelInfo:
     languages: list[str]
     generation_defaults: dict[str, Any]
     hparams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the devices this installation offers: where device="auto" would run it
+    devices: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, ensure_ascii=False)
@@ -44,12 +46,22 @@ class ModelInfo:
             "languages       " + ", ".join(self.languages),
             "speakers        " + (", ".join(self.speakers) if self.speakers else "-"),
             "generation      " + ", ".join(f"{k}={_short(v)}" for k, v in self.generation_defaults.items()),
+            "devices         " + _devices(self.devices),
         ]
         for comp, hp in self.hparams.items():
             keys = ("block_count", "embedding_length", "head_count", "head_count_kv", "feed_forward_length")
             shown = ", ".join(f"{k}={hp[k]}" for k in keys if k in hp)
             lines.append(f"{comp:<16}{shown}")
         return "\n".join(lines)
+
+
+def _devices(devices: list[dict[str, str]]) -> str:
+    """The devices ggml offers and what "auto" makes of them (docs/gpu.md)."""
+    listed = ", ".join(f"{d['name']} ({d['description']})" for d in devices) or "-"
+    gpu = next((d["name"] for d in devices if d["type"] in ("gpu", "igpu")), None)
+    auto = (f"every network on {gpu}/portable, precision fast (--precision exact: F32)" if gpu
+            else "the CPU, native ops, F32")
+    return f"{listed}; auto runs {auto}"
 
 
 def _short(v: Any) -> str:
@@ -69,5 +81,5 @@ def inspect(path: str | os.PathLike[str]) -> ModelInfo:
         file_size=p.stat().st_size, tensor_count=len(tensors), parameter_count=sum(n for _, _, n in tensors),
         tensors_by_type=dict(types), speakers=[s[0] for s in native.speakers],
         languages=supported_languages(native.languages), generation_defaults=native.generation_defaults,
-        hparams=native.hparams,
+        hparams=native.hparams, devices=available_devices(),
     )

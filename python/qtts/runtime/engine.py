@@ -94,8 +94,15 @@ def time_matmul(weights: np.ndarray, type_name: str, x: np.ndarray, *, n_threads
 
 
 def build_info() -> dict[str, Any]:
-    """The ggml version and the CPU features the native core sees."""
-    return {"ggml": str(core.ggml_version()), "cpu_features": list(core.cpu_features())}
+    """The ggml version, the devices its backends offer and the CPU features the native core sees."""
+    return {"ggml": str(core.ggml_version()), "devices": available_devices(),
+            "cpu_features": list(core.cpu_features())}
+
+
+def available_devices() -> list[dict[str, str]]:
+    """The devices the installed libggml's backends offer (name, description, type), in ggml's
+    order: "auto" takes the first GPU, else the CPU."""
+    return [{k: str(v) for k, v in d.items()} for d in core.devices()]
 
 
 class Engine:
