@@ -340,8 +340,10 @@ def official(release: str, frames: int) -> dict[str, Any]:
 
 # -- the run --------------------------------------------------------------------------------------
 class Runner:
-    def __init__(self, out: Path, budget_s: float, phases: set[str] | None) -> None:
+    def __init__(self, out: Path, work: Path, budget_s: float, phases: set[str] | None) -> None:
         self.out, self.t0, self.budget, self.only = out, time.monotonic(), budget_s, phases
+        self.work = work / "phases"  # each phase's own JSON (OUT keeps the few files it returns)
+        self.work.mkdir(parents=True, exist_ok=True)
         self.site: str | None = None
         self.ref_site: str | None = None
         self.results: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
@@ -364,7 +366,8 @@ class Runner:
         e = dict(os.environ, **(env or {}))
         e["PYTHONPATH"] = os.pathsep.join(p for p in [self.ref_site if reference else None, self.site, str(REPO),
                                                       e.get("PYTHONPATH")] if p)
-        res = self.out / f"{name}.json"
+        res = self.work / f"{name}.json"
+        res.unlink(missing_ok=True)  # a failed phase must not show an earlier run's result
         t = time.monotonic()
         with (self.out / "logs.txt").open("a") as log:
             log.write(f"== {name}\n")
@@ -394,7 +397,7 @@ def run(a: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = Path(a.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    r = Runner(out, a.budget_s, set(a.phases.split(",")) if a.phases else None)
+    r = Runner(out, work, a.budget_s, set(a.phases.split(",")) if a.phases else None)
     r.results.update(gpu=_gpu_name(), cpus=os.cpu_count(), device=a.device)
     if not a.no_build:
         t = time.monotonic()
