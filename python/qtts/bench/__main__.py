@@ -12,7 +12,7 @@ def measure(kind: str, args: list[str]) -> dict[str, Any]:
         from .speed import speed_worker
 
         return speed_worker(args[0], int(args[1]), int(args[2]), int(args[3]), args[4], int(args[5]), args[6] == "1",
-                            args[7] == "1", args[8])
+                            args[7] == "1", args[8], args[9])
     if kind == "reference":
         from .reference import reference_worker
 

@@ -187,21 +187,21 @@ def run_speed(a: argparse.Namespace) -> dict[str, Any]:
     log = logger(a.quiet)
     peak = sgemm_gflops()
     out: dict[str, Any] = {"benchmark": "speed", "release": a.release, "frames": a.frames, "threads": a.threads,
-                           "seed": a.seed, "matmul": a.matmul, "device": a.device, **machine(), "bandwidth_gb_per_s":
-                           stream_bandwidth(a.threads), "sgemm_gflop_per_s_per_core": peak,
-                           "results": {}}
+                           "seed": a.seed, "matmul": a.matmul, "device": a.device, "precision": a.precision,
+                           **machine(), "bandwidth_gb_per_s": stream_bandwidth(a.threads),
+                           "sgemm_gflop_per_s_per_core": peak, "results": {}}
     bandwidth = out["bandwidth_gb_per_s"][str(a.threads) if a.threads > 1 else "1"]
     for qtype in a.types:
         gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
         args = [gguf, str(a.threads), str(a.frames), str(a.seed), a.matmul]
         pages = str(int(not a.no_huge_pages))
-        serial = worker("speed", *args, "0", str(int(a.profile)), pages, a.device)
+        serial = worker("speed", *args, "0", str(int(a.profile)), pages, a.device, a.precision)
         _analysis(serial, bandwidth, peak, a.threads)
         v = a.vocoder_threads
         if v is None and a.threads > 1:
             v = candidate_split(a.threads, serial["generation_ms_per_frame"], serial["vocoder_ms_per_frame"])
         if v:
-            piped = worker("speed", *args, str(v), "0", pages, a.device)
+            piped = worker("speed", *args, str(v), "0", pages, a.device, a.precision)
             _analysis(piped, bandwidth, peak, a.threads)
             serial["pipelined"] = piped
         serial["split_chosen"] = v if v and serial["pipelined"]["rtf"] < serial["rtf"] else 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.common import TYPES
+from ..runtime.model import PRECISIONS
 from .args import vocoder_threads as vocoder_threads_arg
 
 # command -> (module of qtts.bench, its run and format functions)
@@ -49,6 +50,8 @@ def add_parser(sub: Any) -> None:
         if name == "speed":
             p.add_argument("--frames", type=int, default=100, help="frames generated (EOS masked; 12.5 per second)")
             p.add_argument("--device", default="cpu", help=DEVICE_HELP)
+            p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                           help="a GPU's matrix products: exact (F32) or fast (default: auto, fast; docs/gpu.md)")
             p.add_argument("--compare-reference", action="store_true",
                            help="run the official qwen-tts (fp32) on the same weights in this run")
             p.add_argument("--matmul", choices=["native", "ggml"], default="native",
