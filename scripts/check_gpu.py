@@ -417,6 +417,10 @@ def run(a: argparse.Namespace) -> int:
     for prec in ("exact", "fast"):
         r.phase(f"parity_{prec}", ["parity", str(gold), "--device", a.device, "--precision", prec, "--ops", a.ops],
                 30)
+    if a.device != "cpu" and not _passed(r.results, "parity_exact"):
+        # whether cuBLAS read its TF32 switch before qtts set it (docs/gpu.md, "Precision")
+        r.phase("parity_exact_env_preset", ["parity", str(gold), "--device", a.device, "--precision", "exact",
+                                            "--ops", a.ops], 30, env={"NVIDIA_TF32_OVERRIDE": "0"})
     fr = str(a.frames)
     r.phase("speed_0.6B_bf16", ["speed", "0.6B-Base", "bf16", "--device", a.device, "-t", "4", "--frames", fr], 90)
     if a.device != "cpu":
@@ -447,7 +451,9 @@ def format_table(res: dict[str, Any]) -> str:
     lines = [f"# GPU check {res['started']}: {res.get('gpu')}, {res.get('cpus')} CPUs", ""]
     if "build" in res:
         lines.append(f"build: {res['build']}")
-    for prec in ("exact", "fast"):
+    for prec in ("exact", "fast", "exact_env_preset"):
+        if f"parity_{prec}" not in ph:
+            continue
         got = (ph.get(f"parity_{prec}") or {}).get("result")
         if not got:
             lines.append(f"parity {prec}: {ph.get(f'parity_{prec}')}")
