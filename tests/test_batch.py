@@ -128,9 +128,9 @@ def _many(m: qtts.Model, s: SessionHandle, voices: dict[str, qtts.Voice], n: int
             voice = {"instruct": ("A calm voice.", "Fast and loud.")[i % 2]}
         else:
             voice = {"voice": voices[("icl", "xvec")[i % 2]]}
-        # case 0's prompt is past one attention window (kKvBucket, 256 positions), so that the
-        # others' windows are wider with it than alone
-        text = " ".join([TEXTS[2]] * 25) if i == 0 else TEXTS[i % 3]
+        # case 3's prompt is past one attention window (kKvBucket, 256 positions): it joins at
+        # step 4, growing every lane while the others run, whose windows are then wider than alone
+        text = " ".join([TEXTS[2]] * 25) if i == 3 else TEXTS[i % 3]
         cases.append(_case(m, s, text, 100 + i, 2 + (i * 7) % 11, i % 4 == 3, non_streaming_mode=i % 3 == 0,
                            **voice))
     return cases
