@@ -13,7 +13,7 @@ import pytest
 import qtts
 from qtts.errors import QttsError
 from qtts.runtime.config import GenerationConfig
-from qtts.runtime.engine import SessionHandle
+from qtts.runtime.engine import SessionHandle, native_params
 from qtts.runtime.prompt import Prompt, build_prompt, resolve_voice
 from qtts.runtime.scheduler import QueueFull, Scheduler, SchedulerClosed
 
@@ -41,6 +41,16 @@ def vd(gguf_dir: Path) -> qtts.Model:
 @pytest.fixture(scope="module")
 def base(gguf_dir: Path) -> qtts.Model:
     return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False)
+
+
+@pytest.fixture(scope="module")
+def base_portable(gguf_dir: Path) -> qtts.Model:
+    return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False, ops="portable")
+
+
+@pytest.fixture(scope="module")
+def cv_portable(gguf_dir: Path) -> qtts.Model:
+    return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, ops="portable")
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +103,7 @@ def _cases(m: qtts.Model, s: SessionHandle, voices: dict[str, qtts.Voice], sampl
 
 
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampled"])
-@pytest.mark.parametrize("which", ["cv", "vd", "base"])
+@pytest.mark.parametrize("which", ["cv", "vd", "base", "base_portable"])
 def test_batched_codes_equal_alone(request: pytest.FixtureRequest, voices: dict[str, qtts.Voice], which: str,
                                    sample: bool) -> None:
     m: qtts.Model = request.getfixturevalue(which)
@@ -105,6 +115,71 @@ def test_batched_codes_equal_alone(request: pytest.FixtureRequest, voices: dict[
     for i, (a, b) in enumerate(zip(alone, batched)):
         assert len(a) > 0
         np.testing.assert_array_equal(b, a, err_msg=f"case {i}")
+
+
+def _many(m: qtts.Model, s: SessionHandle, voices: dict[str, qtts.Voice], n: int) -> list[Case]:
+    """n cases of different texts, lengths (2..12 frames), seeds, streaming modes, greedy or seeded
+    sampling, and voices: ICL and x-vector on a Base model, speakers or instructions otherwise."""
+    cases = []
+    for i in range(n):
+        if m.variant == "custom_voice":
+            voice: dict[str, object] = {"speaker": ("ryan", "vivian")[i % 2]}
+        elif m.variant == "voice_design":
+            voice = {"instruct": ("A calm voice.", "Fast and loud.")[i % 2]}
+        else:
+            voice = {"voice": voices[("icl", "xvec")[i % 2]]}
+        # case 3's prompt is past one attention window (kKvBucket, 256 positions): it joins at
+        # step 4, growing every lane while the others run, whose windows are then wider than alone
+        text = " ".join([TEXTS[2]] * 25) if i == 3 else TEXTS[i % 3]
+        cases.append(_case(m, s, text, 100 + i, 2 + (i * 7) % 11, i % 4 == 3, non_streaming_mode=i % 3 == 0,
+                           **voice))
+    return cases
+
+
+@pytest.mark.parametrize("which", ["cv", "vd", "base", "base_portable"])
+def test_64_slots_equal_alone(request: pytest.FixtureRequest, voices: dict[str, qtts.Voice], which: str) -> None:
+    """64 requests at once, joining over the first 5 steps (later ones into slots freed by earlier
+    ones): each one's codes are those it gets alone."""
+    m: qtts.Model = request.getfixturevalue(which)
+    with m.engine.session() as s:
+        cases = _many(m, s, voices, 64)
+        alone = [s.generate(p.embeddings, p.trailing, cfg)[0] for p, cfg in cases]
+        batched = _run_batched(s, m, cases, [(i * 3) % 5 for i in range(64)])
+    for i, (a, b) in enumerate(zip(alone, batched)):
+        assert len(a) > 0
+        np.testing.assert_array_equal(b, a, err_msg=f"case {i}")
+
+
+@pytest.mark.parametrize("which", ["cv", "cv_portable"])
+def test_talker_step_nodes_do_not_grow_with_the_batch(request: pytest.FixtureRequest, which: str) -> None:
+    """One batched talker step is the same graph, node for node, at 1, 8 and 64 slots (the
+    fused attention on the CPU's native path, the masked window on the portable one)."""
+    m: qtts.Model = request.getfixturevalue(which)
+    nodes = {}
+    with m.engine.session() as s:
+        p, cfg = _case(m, s, TEXTS[0], 1, 6, False, non_streaming_mode=True, speaker="ryan")
+        for n in (1, 8, 64):
+            batch = m.engine.batch(n)
+            assert batch.talker_step_nodes == 0
+            for _ in range(n):
+                s.batch_add(batch, p.embeddings, p.trailing, cfg)
+            s.batch_step(batch, 2)  # the first frame samples the prefill's logits, the second steps
+            nodes[n] = batch.talker_step_nodes
+            assert batch.cache_bytes > 0
+    assert nodes[1] > 0 and nodes[8] == nodes[1] and nodes[64] == nodes[1], nodes
+
+
+def test_batch_cache_too_large_names_the_bytes(cv: qtts.Model) -> None:
+    batch = cv.engine.batch(2)
+    with cv.engine.session() as s:
+        p, cfg = _case(cv, s, TEXTS[1], 1, 5, False, non_streaming_mode=True, speaker="ryan")
+        params = native_params(cfg)
+        params.max_new_tokens = 2**31 - 1  # more positions than any cache holds
+        with pytest.raises(ValueError, match=r"needs \d+ bytes"):
+            batch._native.add(p.embeddings, p.trailing, params)
+        assert s.batch_active(batch) == []
+        slot = s.batch_add(batch, p.embeddings, p.trailing, cfg)  # the batch is still usable
+        assert s.batch_step(batch, 10)[0][0] == slot
 
 
 def test_batch_bad_input(cv: qtts.Model) -> None:

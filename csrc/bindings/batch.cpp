@@ -36,6 +36,9 @@ void bind_batch(py::module_ & m) {
              py::arg("session"), py::arg("max_batch"), py::keep_alive<1, 2>())
         .def_property_readonly("max_batch", &Batch::max_batch)
         .def_property_readonly("active", &Batch::active, "Ids of the slots holding a generation.")
+        .def_property_readonly("talker_step_nodes", &Batch::talker_step_nodes,
+                               "Nodes of the last batched talker step's graph (0 before the first step).")
+        .def_property_readonly("cache_bytes", &Batch::cache_bytes, "Bytes of the shared talker KV cache now.")
         .def("add",
              [](Batch & b, const FloatRows & prompt, const FloatRows & trailing, const GenerateParams & gp) {
                  const int d = b.model().talker.n_embd();

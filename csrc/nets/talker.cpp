@@ -45,13 +45,9 @@ ggml_tensor * talker_head(ggml_context * ctx, const Talker & t, ggml_tensor * x)
 
 // The transformer, then only the last position goes through the final norm and the head.
 ggml_tensor * talker_body(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const KvCache & cache,
-                          ggml_tensor * x, int n_past) {
+                          ggml_tensor * x, const KvWindow & kv) {
     const int64_t n = x->ne[1];
     ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), kTalkerPos);
-    if (n_past < 0 && !cache.fused()) fail("talker: only a fused cache takes its position when the graph runs");
-    // n_past < 0: the whole fused cache, the position read from kTalkerPos when the graph runs
-    const KvWindow kv = n_past < 0 ? KvWindow{&cache.k, &cache.v, 0, cache.n_ctx(), 1, 0, true}
-                                   : KvWindow{&cache.k, &cache.v, n_past, n_past + n, 1, 0, cache.fused()};
     StackOptions o;
     o.prefix = "talker";
     o.kv = &kv;
@@ -73,24 +69,36 @@ ggml_tensor * step_embedding(ggml_context * ctx, const Talker & t, const CodePre
 }  // namespace
 
 ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const KvCache & cache,
-                                   int n_past, int n) {
+                                   int n_past, int n, int64_t first) {
     ggml_tensor * x = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), n), kTalkerEmbd);
-    return talker_body(ctx, gf, t, cache, x, n_past);
+    KvWindow kv{&cache.k, &cache.v, n_past, n_past + n, 1, 0, cache.fused()};
+    kv.first = first;
+    return talker_body(ctx, gf, t, cache, x, kv);
 }
 
 ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
-                                const KvCache & cache, int n_past) {
-    return talker_body(ctx, gf, t, cache, step_embedding(ctx, t, cp, 1), n_past);
+                                const KvCache & cache) {
+    if (!cache.fused()) fail("talker: only a fused cache takes its position when the graph runs");
+    // the whole fused cache: the op reads the position from kTalkerPos
+    const KvWindow kv{&cache.k, &cache.v, 0, cache.n_ctx(), 1, 0, true};
+    return talker_body(ctx, gf, t, cache, step_embedding(ctx, t, cp, 1), kv);
 }
 
-ggml_tensor * build_talker_step_batch(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
-                                      const std::vector<KvWindow> & seqs) {
-    const int64_t n = static_cast<int64_t>(seqs.size());
-    ggml_tensor * x = step_embedding(ctx, t, cp, n);
-    ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), kTalkerPos);
+ggml_tensor * build_talker_step_lanes(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
+                                      const KvCache & cache, int64_t lanes, int64_t lane_len, int64_t window) {
+    ggml_tensor * x = step_embedding(ctx, t, cp, lanes);
+    ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, lanes), kTalkerPos);
     StackOptions o;
     o.prefix = "talker";
-    o.seqs = &seqs;
+    KvWindow kv{&cache.k, &cache.v, 0, lane_len, lanes, lane_len, cache.fused()};
+    KvStepGraph in;
+    if (!cache.fused()) {
+        in = kv_step_graph(ctx, t.tfm.hp, lanes, window, o.prefix);
+        kv.n_kv = window;
+        kv.rows = &in.rows;
+        o.mask = in.mask;
+    }
+    o.kv = &kv;
     return talker_head(ctx, t, transformer_stack(ctx, gf, x, pos, t.tfm, o));
 }
 

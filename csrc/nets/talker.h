@@ -41,22 +41,27 @@ inline constexpr const char * kEmbedIds = "embd_ids";            // I32 [n] (tex
 inline constexpr const char * kFrameCodes = "frame_codes";       // I32 [n, groups] group-major (frame_embed)
 
 // Prefill of n prompt embeddings at positions n_past..n_past+n-1, attending to the cache's first
-// n_past positions too (one chunk of a chunked prefill). Returns the logits of the last position.
+// n_past positions too (one chunk of a chunked prefill); the cache's positions start at `first`
+// (a batch slot's lane). Returns the logits of the last position.
 ggml_tensor * build_talker_prefill(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const KvCache & cache,
-                                   int n_past, int n);
+                                   int n_past, int n, int64_t first = 0);
 
-// One decode step at position n_past. The input is C(cb0) + sum_g CPE_{g-1}(cb_g) + the text
-// vector, with the code predictor's un-projected tables (docs/model.md, "Talker"). n_past = -1
-// (a fused cache only): any position, read from kTalkerPos when the graph runs, so that the
-// graph can be replayed step after step.
+// One decode step on a fused cache, the position read from kTalkerPos when the graph runs, so
+// that the graph can be replayed step after step. The input is C(cb0) + sum_g CPE_{g-1}(cb_g) +
+// the text vector, with the code predictor's un-projected tables (docs/model.md, "Talker").
 ggml_tensor * build_talker_step(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
-                                const KvCache & cache, int n_past);
+                                const KvCache & cache);
 
-// One decode step of B sequences at once (runtime/batch.cpp): sequence b's codes are column b of
-// kTalkerCodes ([B, groups], group-major), its text vector column b of kTalkerText [D, B], its
-// position kTalkerPos[b]; each attends to its own cache window seqs[b]. The outputs are [*, B].
-ggml_tensor * build_talker_step_batch(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
-                                      const std::vector<KvWindow> & seqs);
+// One decode step of `lanes` sequences (runtime/batch.cpp; lanes = 1: Session's step on a cache
+// that is not fused): sequence b is lane b of the cache, lane_len positions from b * lane_len;
+// its codes are column b of kTalkerCodes ([lanes, groups], group-major), its text vector column b
+// of kTalkerText [D, lanes], its position kTalkerPos[b]. The ops do not depend on lanes, and
+// their shapes only on lanes and `window` (docs/architecture.md, "KV cache"): a fused cache is
+// attended by one fused op over every lane's whole length; any other through a window of
+// `window` positions (kv_window) with the rows and mask inputs of kv_step_graph, prefix
+// "talker". The outputs are [*, lanes].
+ggml_tensor * build_talker_step_lanes(ggml_context * ctx, ggml_cgraph * gf, const Talker & t, const CodePredictor & cp,
+                                      const KvCache & cache, int64_t lanes, int64_t lane_len, int64_t window);
 
 // P(ids): the text embedding followed by the projection MLP, [D, n].
 ggml_tensor * build_text_embed(ggml_context * ctx, const Talker & t, int64_t n);

@@ -1,11 +1,12 @@
 // The batched frame loop (docs/serving.md, "Batching"): per frame one talker step over the
-// slots that fed a frame ([D, B], attention per sequence over its own cache), cb0 sampling and
-// the stop checks per slot as Session::generate_next, then one code-predictor pass of 15 steps in
-// lockstep over the slots still going ([Dc, B], one cache lane each).
+// slots' lanes of one shared KV cache ([D, lanes], the same ops whatever the number of slots), cb0
+// sampling and the stop checks per slot as Session::generate_next, then one code-predictor pass
+// of 15 steps in lockstep over the slots still going ([Dc, B], one cache lane each).
 #include "runtime/batch.h"
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "nets/code_predictor.h"
 #include "nets/talker.h"
@@ -23,21 +24,37 @@ double ms_since(Clock::time_point t0) {
 }
 
 constexpr int kMaxBatch = 256;
-// Bounds on a batched talker step's graph nodes: per layer, and per sequence per layer (its own
-// attention ops); the rest of the graph stays under kOtherNodes.
-constexpr int kNodesPerLayer = 32, kNodesPerSequence = 24, kOtherNodes = 256;
+// Lanes are added this many at a time, so that a growing batch reallocates its cache rarely.
+constexpr int kLaneGroup = 8;
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// Bytes of K and V per cached position of a transformer.
+int64_t position_bytes(const TransformerHParams & hp) {
+    return int64_t{2} * hp.n_layer * hp.n_head_kv * hp.head_dim * static_cast<int64_t>(sizeof(float));
+}
+
+// A ValueError naming the bytes when `bytes` more do not fit the backend's free memory.
+void check_memory(ggml_backend_t backend, int64_t bytes, const char * what) {
+    size_t free = 0, total = 0;
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+    if (dev) ggml_backend_dev_memory(dev, &free, &total);
+    if (free > 0 && bytes > static_cast<int64_t>(free)) {
+        fail("%s needs %lld bytes, more than the %zu bytes free on %s", what, static_cast<long long>(bytes), free,
+             ggml_backend_name(backend));
+    }
+}
 
 }  // namespace
 
 Batch::Batch(Session & session, int max_batch) : session_(session) {
     if (max_batch < 1 || max_batch > kMaxBatch) fail("max_batch must be in [1, %d], got %d", kMaxBatch, max_batch);
-    for (int i = 0; i < max_batch; ++i) slots_.push_back(std::make_unique<Slot>());
     const Model & m = session_.model();
-    const int layers = std::max(m.talker.tfm.hp.n_layer, 1);
-    const int most = ((static_cast<int>(kMaxNodes) - kOtherNodes) / layers - kNodesPerLayer) / kNodesPerSequence;
-    if (max_batch > most) {
-        fail("max_batch %d is more than this model's batched talker step holds (%d sequences)", max_batch, most);
-    }
+    // the least the caches take at this max_batch: one bucket of talker positions per slot
+    const int64_t least = int64_t{max_batch} * (kKvBucket * position_bytes(m.talker.tfm.hp) +
+                                                m.talker.n_code_groups * position_bytes(m.code_predictor.tfm.hp));
+    check_memory(session_.backend_, least, format("max_batch %d: the KV caches", max_batch).c_str());
+    for (int i = 0; i < max_batch; ++i) slots_.push_back(std::make_unique<Slot>());
     pred_cache_.reserve(session_.backend_, m.code_predictor.tfm.hp, m.talker.n_code_groups * max_batch,
                         session_.fused_attention());
 }
@@ -61,25 +78,79 @@ int Batch::add(const std::vector<float> & prompt, int n_prompt, const std::vecto
     int id = 0;
     while (id < max_batch() && slots_[id]->used) ++id;
     if (id == max_batch()) fail("add: all %d slots are in use (max_batch)", max_batch());
+    // The lane holds the prompt and every fed frame (as Session::init_generation sizes its
+    // cache), and one position more: a lane that sits a step out writes its last position.
+    int max_fed = p.max_new_tokens - 1;
+    if (p.frame_budget > 0) max_fed = std::min(max_fed, p.frame_budget);
+    const int64_t need = int64_t{std::max(n_prompt, 1)} + std::max(max_fed, 1) + 1;
+    reserve(std::min(max_batch(), static_cast<int>(round_up(id + 1, kLaneGroup))), round_up(need, kKvBucket));
     Slot & s = *slots_[id];
     s.g = GenerationState{};
     s.chunk = GenerateResult{};
     s.cancel.store(false);
-    session_.init_generation(s.g, prompt, n_prompt, trailing, n_trailing, p, s.cache);
+    session_.init_generation(s.g, prompt, n_prompt, trailing, n_trailing, p, *cache_, id * lane_len_);
     s.used = true;
     return id;
+}
+
+void Batch::reserve(int lanes, int64_t lane_len) {
+    lanes = std::max(lanes, lanes_);
+    lane_len = std::max(lane_len, lane_len_);
+    if (cache_ && lanes == lanes_ && lane_len == lane_len_) return;
+    const Model & m = session_.model();
+    const TransformerHParams & hp = m.talker.tfm.hp;
+    const int64_t positions = lanes * lane_len, bytes = positions * position_bytes(hp);
+    const std::string what = format("the batch's talker KV cache (%d slots of %lld positions)", lanes,
+                                    static_cast<long long>(lane_len));
+    if (positions > std::numeric_limits<int>::max()) {
+        fail("%s needs %lld bytes, more than one cache holds", what.c_str(), static_cast<long long>(bytes));
+    }
+    check_memory(session_.backend_, bytes, what.c_str());
+    auto grown = std::make_unique<KvCache>();
+    grown->reserve(session_.backend_, hp, static_cast<int>(positions), session_.fused_attention());
+    if (cache_ && !active().empty()) {
+        // every old lane into the new cache, one copy per layer and tensor
+        const KvCache & old = *cache_;
+        const int64_t lo = lane_len_, so = lanes_, hd = hp.head_dim, nkv = hp.n_head_kv;
+        const size_t es = sizeof(float);
+        auto lanes_of = [&](ggml_context * ctx, ggml_tensor * c, int64_t len, bool v) {
+            if (old.fused()) return ggml_view_4d(ctx, c, hd, lo, nkv, so, hd * es, c->nb[2], len * hd * es, 0);
+            if (!v) return ggml_view_3d(ctx, c, hd * nkv, lo, so, hd * nkv * es, len * hd * nkv * es, 0);
+            return ggml_view_4d(ctx, c, lo, hd, nkv, so, c->nb[1], c->nb[2], len * es, 0);
+        };
+        session_.run(
+            [&](ggml_context * ctx, ggml_cgraph * gf) {
+                ggml_tensor * last = nullptr;
+                for (size_t il = 0; il < old.k.size(); ++il) {
+                    for (bool v : {false, true}) {
+                        ggml_tensor *from = (v ? old.v : old.k)[il], *to = (v ? grown->v : grown->k)[il];
+                        last = ggml_cpy(ctx, lanes_of(ctx, from, lo, v), lanes_of(ctx, to, lane_len, v));
+                        ggml_build_forward_expand(gf, last);
+                    }
+                }
+                return last;
+            },
+            [](ggml_cgraph *) {});
+    }
+    cache_ = std::move(grown);
+    lanes_ = lanes;
+    lane_len_ = lane_len;
 }
 
 void Batch::remove(int id) { finish(slot(id, "remove")); }
 
 void Batch::cancel(int id) { slot(id, "cancel").cancel.store(true); }
 
-// As Session::end_generation: an outsized cache is given back, an ordinary one kept for the
-// slot's next request.
+// As Session::end_generation: an outsized cache is given back once no slot holds a
+// generation, an ordinary one kept for the next requests.
 void Batch::finish(Slot & s) {
     s.used = false;
-    if (s.cache.n_ctx() > kSteadyContext) s.cache.release();
     s.g = GenerationState{};
+    if (active().empty() && lane_len_ > kSteadyContext) {
+        cache_.reset();
+        lanes_ = 0;
+        lane_len_ = 0;
+    }
 }
 
 std::vector<SlotResult> Batch::step(int n_frames) {
@@ -91,11 +162,8 @@ std::vector<SlotResult> Batch::step(int n_frames) {
         live.back()->chunk = GenerateResult{};
     }
     for (int f = 0; f < n_frames && !live.empty(); ++f) {
-        std::vector<Slot *> fed, going;
-        for (Slot * s : live) {
-            if (s->g.need_step) fed.push_back(s);
-        }
-        if (!fed.empty()) talker_step(fed);
+        std::vector<Slot *> going;
+        if (std::any_of(live.begin(), live.end(), [](const Slot * s) { return s->g.need_step; })) talker_step();
         for (Slot * s : live) {
             if (session_.next_cb0(s->g, [s] { return s->cancel.load(); })) going.push_back(s);
         }
@@ -122,39 +190,54 @@ std::vector<SlotResult> Batch::step(int n_frames) {
     return out;
 }
 
-// Each slot's wall time is the whole batched step: what its request waited.
-void Batch::talker_step(const std::vector<Slot *> & s) {
+// One talker step over lanes 0..the highest slot in use: a slot that waits for nothing (a
+// fresh prefill's logits are pending) or a free one sits it out, writing its lane's last
+// position, which no generation reaches (Batch::add), and attending its first; its outputs are
+// dropped. Each slot's wall time is the whole batched step: what its request waited.
+void Batch::talker_step() {
     const Model & m = session_.model();
-    const int B = static_cast<int>(s.size()), groups = m.talker.n_code_groups, d = m.talker.n_embd();
-    std::vector<KvWindow> seqs(B);
-    std::vector<int32_t> codes(static_cast<size_t>(B) * groups), pos(B);
-    std::vector<float> text(static_cast<size_t>(B) * d);
-    for (int b = 0; b < B; ++b) {
-        const GenerationState & g = s[b]->g;
+    const std::vector<int> ids = active();
+    const int lanes = ids.back() + 1, groups = m.talker.n_code_groups, d = m.talker.n_embd();
+    std::vector<int32_t> codes(static_cast<size_t>(lanes) * groups, 0), pos(lanes), attend(lanes, -1);
+    std::vector<float> text(static_cast<size_t>(lanes) * d, 0.0f);
+    int64_t used = 1;
+    for (int b = 0; b < lanes; ++b) {
+        pos[b] = static_cast<int32_t>(lane_len_ - 1);
+        const Slot & s = *slots_[b];
+        if (!s.used || !s.g.need_step) continue;
+        const GenerationState & g = s.g;
         const int n_past = g.n_prompt + g.total.frames - 1;
-        if (n_past >= s[b]->cache.n_ctx()) fail("batch step: position %d is outside the slot's cache", n_past);
-        seqs[b] = KvWindow{&s[b]->cache.k, &s[b]->cache.v, n_past, n_past + 1, 1, 0, s[b]->cache.fused()};
-        pos[b] = n_past;
-        for (int gi = 0; gi < groups; ++gi) codes[static_cast<size_t>(gi) * B + b] = g.frame[gi];
+        if (n_past >= lane_len_ - 1) fail("batch step: position %d is outside the slot's cache", n_past);
+        pos[b] = attend[b] = n_past;
+        used = std::max<int64_t>(used, n_past + 1);
+        for (int gi = 0; gi < groups; ++gi) codes[static_cast<size_t>(gi) * lanes + b] = g.frame[gi];
         std::copy_n(session_.step_text(g), d, text.begin() + static_cast<size_t>(b) * d);
     }
+    const KvCache & cache = *cache_;
+    const int64_t window = kv_window(used, lane_len_);
+    KvStepInputs kv;
+    if (!cache.fused()) kv = kv_step_inputs(m.talker.tfm.hp, cache.n_ctx(), lane_len_, window, attend);
     auto t0 = Clock::now();
     ggml_cgraph * gf = session_.run(
         [&](ggml_context * ctx, ggml_cgraph * g) {
-            return build_talker_step_batch(ctx, g, m.talker, m.code_predictor, seqs);
+            return build_talker_step_lanes(ctx, g, m.talker, m.code_predictor, cache, lanes, lane_len_, window);
         },
         [&](ggml_cgraph * g) {
             set_input(g, kTalkerCodes, codes);
             set_input(g, kTalkerText, text);
             set_input(g, kTalkerPos, pos);
+            if (!cache.fused()) set_kv_step_inputs(g, kv, "talker");
         });
+    step_nodes_ = ggml_graph_n_nodes(gf);
     const std::vector<float> logits = read_tensor(gf, kTalkerLogits), hidden = read_tensor(gf, kTalkerHidden);
     const double ms = ms_since(t0);
-    const size_t vocab = logits.size() / B;
-    for (int b = 0; b < B; ++b) {
-        GenerationState & g = s[b]->g;
+    const size_t vocab = logits.size() / lanes;
+    for (int b = 0; b < lanes; ++b) {
+        if (attend[b] < 0) continue;
+        GenerationState & g = slots_[b]->g;
         g.out.logits.assign(logits.begin() + b * vocab, logits.begin() + (b + 1) * vocab);
-        g.out.hidden.assign(hidden.begin() + static_cast<size_t>(b) * d, hidden.begin() + static_cast<size_t>(b + 1) * d);
+        const auto h = hidden.begin() + static_cast<ptrdiff_t>(b) * d;
+        g.out.hidden.assign(h, h + d);
         g.total.talker_ms += ms;
         g.need_step = false;
     }

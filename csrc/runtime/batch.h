@@ -1,7 +1,7 @@
 // Continuous batching (docs/serving.md, "Batching"): up to max_batch generations in slots,
 // stepped together a frame at a time, one talker step and one code-predictor pass for all of
-// them; each slot keeps its own KV cache, positions, settings, random stream and stop reason,
-// so that its codes are those of the single-sequence loop (Session::generate).
+// them; each slot keeps its own lane of one shared KV cache, positions, settings, random stream
+// and stop reason, so that its codes are those of the single-sequence loop (Session::generate).
 #pragma once
 
 #include <atomic>
@@ -44,21 +44,34 @@ public:
     // active. A slot that ended frees itself.
     std::vector<SlotResult> step(int n_frames);
 
+    // Nodes of the last batched talker step's graph: the same for every number of slots
+    // (docs/serving.md, "Batching"); 0 before the first step.
+    int talker_step_nodes() const { return step_nodes_; }
+    // Bytes of the shared talker KV cache now.
+    size_t cache_bytes() const { return cache_ ? cache_->bytes() : 0; }
+
 private:
     struct Slot {
         bool used = false;
         std::atomic<bool> cancel{false};
         GenerationState g;
-        KvCache cache;
         GenerateResult chunk;
     };
     Slot & slot(int id, const char * what);
-    void talker_step(const std::vector<Slot *> & s);
+    // (Re)allocate the shared cache for at least `lanes` lanes of lane_len positions, the lanes'
+    // contents kept; a ValueError naming the bytes when the device does not have them free.
+    void reserve(int lanes, int64_t lane_len);
+    void talker_step();
     void predict(const std::vector<Slot *> & s);
     void finish(Slot & s);
 
     Session & session_;
     std::vector<std::unique_ptr<Slot>> slots_;
+    // The talker's cache: slot s's positions are lane s, lane_len_ positions from s * lane_len_.
+    std::unique_ptr<KvCache> cache_;
+    int lanes_ = 0;
+    int64_t lane_len_ = 0;
+    int step_nodes_ = 0;
     KvCache pred_cache_;  // one lane of n_code_groups positions per slot
 };
 

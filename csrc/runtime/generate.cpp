@@ -38,13 +38,16 @@ TalkerOutput Session::talker_prefill(const std::vector<float> & embd, int n, int
     return talker_prefill(talker_cache_, embd, n, n_ctx);
 }
 
-TalkerOutput Session::talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx) {
+TalkerOutput Session::talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx,
+                                     int64_t first) {
     const Phase phase(*this, "prefill");
     const Talker & t = model_->talker;
     if (n < 1 || embd.size() != static_cast<size_t>(n) * t.n_embd()) {
         fail("talker prefill: expected [%d, %d] embeddings, got %zu values", n, t.n_embd(), embd.size());
     }
-    if (cache.n_ctx() < std::max(n, n_ctx)) cache.reserve(backend_, t.tfm.hp, std::max(n, n_ctx), fused_attention());
+    if (first == 0 && cache.n_ctx() < std::max(n, n_ctx)) {
+        cache.reserve(backend_, t.tfm.hp, std::max(n, n_ctx), fused_attention());
+    }
     // Chunks of prefill_chunk_ positions, each attending to the cache so far: the attention
     // scores of a chunk are [n_past + chunk, chunk, heads], linear in the prompt rather than
     // quadratic. Each row is the same dot products and softmax over the keys it sees as in one
@@ -55,7 +58,7 @@ TalkerOutput Session::talker_prefill(KvCache & cache, const std::vector<float> &
         const int c = std::min(prefill_chunk_, n - n_past);
         const std::vector<int32_t> pos = positions(n_past, c);
         gf = run([&](ggml_context * ctx, ggml_cgraph * g) {
-                     return build_talker_prefill(ctx, g, t, cache, n_past, c);
+                     return build_talker_prefill(ctx, g, t, cache, n_past, c, first);
                  },
                  [&](ggml_cgraph * g) {
                      set_input(g, kTalkerEmbd, embd.data() + n_past * d, c * d * sizeof(float));
@@ -91,7 +94,7 @@ TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const floa
         ProfileClock clock(*this);
         if (step_.stale(talker_cache_)) {
             build_replay(step_, talker_cache_, "talker step", [&](ggml_context * ctx, ggml_cgraph * gf) {
-                ggml_tensor * out = build_talker_step(ctx, gf, t, model_->code_predictor, talker_cache_, -1);
+                ggml_tensor * out = build_talker_step(ctx, gf, t, model_->code_predictor, talker_cache_);
                 ggml_set_output(out);
                 ggml_build_forward_expand(gf, out);
             });
@@ -102,11 +105,18 @@ TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const floa
         compute(step_.sched, step_.gf, clock);
         return talker_output(step_.gf);
     }
+    // Elsewhere the batched step's graph with one lane: a window of whole buckets, masked
+    // (docs/architecture.md, "KV cache").
+    const int64_t n_ctx = talker_cache_.n_ctx(), window = kv_window(n_past + 1, n_ctx);
+    const KvStepInputs kv = kv_step_inputs(t.tfm.hp, n_ctx, n_ctx, window, {n_past});
     return talker_output(run(
         [&](ggml_context * ctx, ggml_cgraph * g) {
-            return build_talker_step(ctx, g, t, model_->code_predictor, talker_cache_, n_past);
+            return build_talker_step_lanes(ctx, g, t, model_->code_predictor, talker_cache_, 1, n_ctx, window);
         },
-        set_inputs));
+        [&](ggml_cgraph * g) {
+            set_inputs(g);
+            set_kv_step_inputs(g, kv, "talker");
+        }));
 }
 
 void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
@@ -176,7 +186,7 @@ void Session::predict_frame_steps(const std::vector<float> & hidden, std::vector
 
 void Session::init_generation(GenerationState & g, const std::vector<float> & prompt, int n_prompt,
                               const std::vector<float> & trailing, int n_trailing, const GenerateParams & p,
-                              KvCache & cache) {
+                              KvCache & cache, int64_t first) {
     const Model & m = *model_;
     const int d = m.talker.n_embd(), groups = m.talker.n_code_groups;
     if (p.max_new_tokens < 1) fail("max_new_tokens must be at least 1, got %d", p.max_new_tokens);
@@ -201,9 +211,16 @@ void Session::init_generation(GenerationState & g, const std::vector<float> & pr
     // the budget): the cache is sized to this request, not to a fixed maximum.
     int max_fed = p.max_new_tokens - 1;
     if (p.frame_budget > 0) max_fed = std::min(max_fed, p.frame_budget);
-    cache.reserve(backend_, m.talker.tfm.hp, n_prompt + std::max(max_fed, 1), fused_attention());
+    if (first < 0) {
+        // whole buckets of positions where the step attends a masked window (kv_window)
+        int64_t n_ctx = int64_t{n_prompt} + std::max(max_fed, 1);
+        if (!fused_attention()) n_ctx = (n_ctx + kKvBucket - 1) / kKvBucket * kKvBucket;
+        n_ctx = std::min<int64_t>(n_ctx, std::numeric_limits<int>::max());
+        cache.reserve(backend_, m.talker.tfm.hp, static_cast<int>(n_ctx), fused_attention());
+        first = 0;
+    }
     auto t0 = Clock::now();
-    g.out = talker_prefill(cache, prompt, n_prompt, 0);
+    g.out = talker_prefill(cache, prompt, n_prompt, 0, first);
     g.total.prefill_ms = ms_since(t0);
 }
 

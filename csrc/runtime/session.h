@@ -139,15 +139,18 @@ public:
 private:
     friend class Batch;  // runtime/batch.cpp: the batched loop runs its graphs on this session
     void make_sched();
-    // Validate a generation's inputs, set up its state, size `cache` to the request and prefill it.
+    // Validate a generation's inputs, set up its state, size `cache` to the request and prefill it;
+    // first >= 0: the caller sized the cache, and the prompt goes to positions first.. (a batch
+    // slot's lane, runtime/batch.cpp).
     void init_generation(GenerationState & g, const std::vector<float> & prompt, int n_prompt,
                          const std::vector<float> & trailing, int n_trailing, const GenerateParams & p,
-                         KvCache & cache);
+                         KvCache & cache, int64_t first = -1);
     // Sample the next cb0 and check the stop conditions, as the reference: false once stopped.
     bool next_cb0(GenerationState & g, const std::function<bool()> & cancelled);
     // The text vector fed with the last emitted frame.
     const float * step_text(const GenerationState & g) const;
-    TalkerOutput talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx);
+    TalkerOutput talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx,
+                                int64_t first = 0);
     // A generation stopped (or was abandoned): give back what an outsized one grew.
     void end_generation(const GenerationState & g);
 

@@ -114,12 +114,57 @@ void KvCache::reserve(ggml_backend_t backend, const TransformerHParams & hp, int
         release();
         throw;
     }
+    // a masked window reads positions not written yet: zeros, not NaN, under a zero weight
+    if (!fused) state_.clear();
     n_ctx_ = n_ctx;
     n_layer_ = hp.n_layer;
     width_ = width;
     fused_ = fused;
     static std::atomic<uint64_t> allocations{0};
     epoch_ = ++allocations;
+}
+
+int64_t kv_window(int64_t n_used, int64_t lane_len) {
+    return std::min(lane_len, (n_used + kKvBucket - 1) / kKvBucket * kKvBucket);
+}
+
+KvStepInputs kv_step_inputs(const TransformerHParams & hp, int64_t n_ctx, int64_t lane_len, int64_t window,
+                            const std::vector<int32_t> & pos) {
+    const int64_t lanes = static_cast<int64_t>(pos.size()), hd = hp.head_dim, nkv = hp.n_head_kv;
+    KvStepInputs in;
+    in.k_rows.resize(lanes);
+    in.v_rows.resize(static_cast<size_t>(hd * nkv * lanes));
+    in.mask.assign(static_cast<size_t>(window * lanes), -INFINITY);
+    for (int64_t b = 0; b < lanes; ++b) {
+        if (pos[b] >= window) {
+            fail("KV step: position %d of lane %lld is outside its window", pos[b], static_cast<long long>(b));
+        }
+        // a lane that sits the step out writes its last position and attends its first
+        const int64_t at = b * lane_len + (pos[b] < 0 ? lane_len - 1 : pos[b]);
+        in.k_rows[b] = at;
+        // the V cache is [n_ctx, hd, n_head_kv]: element (at, c, h), in the order v's values come
+        for (int64_t h = 0; h < nkv; ++h) {
+            for (int64_t c = 0; c < hd; ++c) in.v_rows[(b * nkv + h) * hd + c] = (h * hd + c) * n_ctx + at;
+        }
+        std::fill_n(in.mask.begin() + b * window, std::max(pos[b], 0) + 1, 0.0f);
+    }
+    return in;
+}
+
+KvStepGraph kv_step_graph(ggml_context * ctx, const TransformerHParams & hp, int64_t lanes, int64_t window,
+                          const char * prefix) {
+    KvStepGraph g;
+    g.rows.k = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, lanes), format("%s.kv_rows_k", prefix).c_str());
+    g.rows.v = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, int64_t(hp.head_dim) * hp.n_head_kv * lanes),
+                     format("%s.kv_rows_v", prefix).c_str());
+    g.mask = input(ggml_new_tensor_4d(ctx, GGML_TYPE_F32, window, 1, 1, lanes), format("%s.kv_mask", prefix).c_str());
+    return g;
+}
+
+void set_kv_step_inputs(ggml_cgraph * gf, const KvStepInputs & in, const char * prefix) {
+    set_input(gf, format("%s.kv_rows_k", prefix).c_str(), in.k_rows);
+    set_input(gf, format("%s.kv_rows_v", prefix).c_str(), in.v_rows);
+    set_input(gf, format("%s.kv_mask", prefix).c_str(), in.mask);
 }
 
 ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
@@ -162,19 +207,7 @@ struct LayerBuilder {
         if (l.k_norm) k = rms_norm(ctx, k, l.k_norm, hp.eps);
         q = named(rope(q), "%s.%d.q", p, il);
         k = named(rope(k), "%s.%d.k", p, il);
-        ggml_tensor * out = nullptr;
-        if (!o.seqs) {
-            out = attend(q, k, v, o.kv, il, pos);
-        } else {
-            auto col = [&](ggml_tensor * a, int64_t b) {
-                return ggml_view_3d(ctx, a, a->ne[0], a->ne[1], 1, a->nb[1], a->nb[2], b * a->nb[2]);
-            };
-            for (int64_t b = 0; b < n; ++b) {
-                ggml_tensor * pb = ggml_view_1d(ctx, pos, 1, b * pos->nb[0]);
-                ggml_tensor * ob = attend(col(q, b), col(k, b), col(v, b), &(*o.seqs)[b], il, pb);
-                out = out ? ggml_concat(ctx, out, ob, 1) : ob;
-            }
-        }
+        ggml_tensor * out = attend(q, k, v, o.kv, il, pos);
         return named(mat(out, l.wo), "%s.%d.attn_out", p, il);
     }
 
@@ -191,7 +224,8 @@ struct LayerBuilder {
             if (o.mask) fail("%s: a fused KV cache takes no mask", o.prefix);
             const size_t row = hd * sizeof(float);
             auto window = [&](ggml_tensor * c) {
-                return ggml_view_4d(ctx, c, hd, kv->n_kv, nkv, lanes, row, c->nb[2], kv->lane_stride * row, 0);
+                return ggml_view_4d(ctx, c, hd, kv->n_kv, nkv, lanes, row, c->nb[2], kv->lane_stride * row,
+                                    kv->first * row);
             };
             return attend_cached(ctx, q, k, v, window((*kv->k)[il]), window((*kv->v)[il]), at);
         }
@@ -206,13 +240,25 @@ struct LayerBuilder {
             const size_t es = sizeof(float), row = hd * nkv * es, lane = kv->lane_stride * row;
             const size_t vrow = cv->ne[0] * es, vhead = hd * vrow, vlane = kv->lane_stride * es;
             n_past = kv->n_past;
-            ggml_tensor * k_slots = ggml_view_4d(ctx, ck, hd, nkv, n, lanes, hd * es, row, lane, n_past * row);
-            ggml_tensor * v_slots = ggml_view_4d(ctx, cv, n, hd, nkv, lanes, vrow, vhead, vlane, n_past * es);
-            ggml_tensor * v4 = ggml_permute(ctx, ggml_reshape_4d(ctx, v, hd, nkv, n, lanes), 1, 2, 0, 3);
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_reshape_4d(ctx, k, hd, nkv, n, lanes), k_slots));
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, v4, v_slots));
-            K = ggml_view_4d(ctx, ck, hd, kv->n_kv, nkv, lanes, row, hd * es, lane, 0);
-            VT = ggml_view_4d(ctx, cv, kv->n_kv, hd, nkv, lanes, vrow, vhead, vlane, 0);
+            const int64_t first = kv->first;
+            if (kv->rows) {
+                // one row of K per new position; V, transposed, one element per value
+                ggml_tensor * k_all = ggml_reshape_2d(ctx, ck, hd * nkv, ck->ne[2]);
+                ggml_tensor * v_all = ggml_reshape_2d(ctx, cv, 1, ggml_nelements(cv));
+                ggml_build_forward_expand(
+                    gf, ggml_set_rows(ctx, k_all, ggml_reshape_2d(ctx, k, hd * nkv, n_all), kv->rows->k));
+                ggml_build_forward_expand(
+                    gf, ggml_set_rows(ctx, v_all, ggml_reshape_2d(ctx, v, 1, ggml_nelements(v)), kv->rows->v));
+            } else {
+                const int64_t at = first + n_past;
+                ggml_tensor * k_slots = ggml_view_4d(ctx, ck, hd, nkv, n, lanes, hd * es, row, lane, at * row);
+                ggml_tensor * v_slots = ggml_view_4d(ctx, cv, n, hd, nkv, lanes, vrow, vhead, vlane, at * es);
+                ggml_tensor * v4 = ggml_permute(ctx, ggml_reshape_4d(ctx, v, hd, nkv, n, lanes), 1, 2, 0, 3);
+                ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_reshape_4d(ctx, k, hd, nkv, n, lanes), k_slots));
+                ggml_build_forward_expand(gf, ggml_cpy(ctx, v4, v_slots));
+            }
+            K = ggml_view_4d(ctx, ck, hd, kv->n_kv, nkv, lanes, row, hd * es, lane, first * row);
+            VT = ggml_view_4d(ctx, cv, kv->n_kv, hd, nkv, lanes, vrow, vhead, vlane, first * es);
         } else {
             K = ggml_permute(ctx, k, 0, 2, 1, 3);
             VT = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));
@@ -259,18 +305,15 @@ ggml_tensor * transformer_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tenso
         if (w.v->size() != w.k->size() || (n_ctx > 0 && w.v->front()->ne[w.fused ? 1 : 0] != n_ctx)) {
             fail("%s: the V cache does not match the K cache", o.prefix);
         }
-        const int64_t need = w.lanes > 1 ? (w.lanes - 1) * w.lane_stride + w.n_kv : w.n_kv;
-        if (w.lanes < 1 || n % w.lanes != 0 || w.n_past + n / w.lanes > w.n_kv || need > n_ctx ||
+        const int64_t need = w.first + (w.lanes > 1 ? (w.lanes - 1) * w.lane_stride + w.n_kv : w.n_kv);
+        if (w.lanes < 1 || n % w.lanes != 0 || w.n_past + n / w.lanes > w.n_kv || need > n_ctx || w.first < 0 ||
+            (w.rows && (w.fused || n != w.lanes || !o.mask)) ||
             (w.lanes > 1 && w.lane_stride < w.n_kv)) {
             fail("%s: positions up to %lld are past the KV cache (%lld)", o.prefix,
                  static_cast<long long>(w.n_past + n / std::max<int64_t>(w.lanes, 1)), static_cast<long long>(n_ctx));
         }
     };
     if (o.kv) check(*o.kv, x->ne[1]);
-    if (o.seqs) {
-        if (o.kv || static_cast<int64_t>(o.seqs->size()) != x->ne[1]) fail("%s: one cache window per sequence", o.prefix);
-        for (const KvWindow & w : *o.seqs) check(w, 1);
-    }
     const LayerBuilder b{ctx, gf, t, o, pos};
     for (int il = 0; il < static_cast<int>(t.layers.size()); ++il) x = b.layer(x, il);
     return x;

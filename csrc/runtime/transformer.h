@@ -85,27 +85,60 @@ private:
 // How a graph uses a cache: it writes its n keys/values at positions n_past.. and attends to
 // the first n_kv positions (n_past + n, or more when the caller pads and masks them).
 // lanes > 1: the graph's positions are `lanes` sequences of n / lanes positions each, stepped in
-// lockstep, and the cache holds one sequence every lane_stride positions (the code predictor's
-// batched pass, docs/serving.md "Batching").
+// lockstep, and the cache holds one sequence every lane_stride positions (the batched talker
+// step's slots, the code predictor's batched pass, docs/serving.md "Batching").
 // fused: the cache's (KvCache::fused), attended by the fused op (no mask), which reads each
 // lane's n_past from the graph's positions when it runs: n_past here only bounds the window
 // check, and a graph built over the whole cache (n_past 0, n_kv n_ctx) can be replayed for any
 // step (the talker's, runtime/generate.cpp).
+// first: the cache position lane 0 starts at (a batch slot's lane of a shared cache, for its
+// prefill).
+// rows: the new keys and values are written at the cache rows these inputs name (ggml_set_rows),
+// filled before each compute, instead of at n_past: with a mask, the window and the ops stay
+// the same from step to step whatever each lane's position (docs/architecture.md, "KV cache").
+struct KvRows {
+    ggml_tensor * k = nullptr;  // I64 [n]: each new key's position in the K cache
+    ggml_tensor * v = nullptr;  // I64 [head_dim * n_head_kv * n]: each new value's element in the transposed V cache
+};
+
 struct KvWindow {
     const std::vector<ggml_tensor *> * k = nullptr, * v = nullptr;
     int64_t n_past = 0, n_kv = 0;
     int64_t lanes = 1, lane_stride = 0;
     bool fused = false;
+    int64_t first = 0;
+    const KvRows * rows = nullptr;
 };
+
+// Windows of a bucketed step are whole multiples of this many positions (the last one cut to the
+// lane), so that a graph's shapes change once every kKvBucket steps, not every step.
+inline constexpr int64_t kKvBucket = 256;
+// The window of a lane of lane_len positions whose first n_used positions are attended.
+int64_t kv_window(int64_t n_used, int64_t lane_len);
+
+// What a bucketed step of one new position per lane fills (KvRows, and the additive mask
+// [window, 1, 1, lanes] of StackOptions::mask): lane b, lane_len positions from b * lane_len in a
+// cache of n_ctx positions, writes position pos[b] and attends to positions 0..pos[b]; a lane
+// with pos[b] < 0 sits the step out: it writes its last position and attends its first.
+struct KvStepInputs {
+    std::vector<int64_t> k_rows, v_rows;
+    std::vector<float> mask;
+};
+KvStepInputs kv_step_inputs(const TransformerHParams & hp, int64_t n_ctx, int64_t lane_len, int64_t window,
+                            const std::vector<int32_t> & pos);
+// The graph inputs of a bucketed step (rows and mask, named `<prefix>.kv_rows_k` ...).
+struct KvStepGraph {
+    KvRows rows;
+    ggml_tensor * mask = nullptr;
+};
+KvStepGraph kv_step_graph(ggml_context * ctx, const TransformerHParams & hp, int64_t lanes, int64_t window,
+                          const char * prefix);
+void set_kv_step_inputs(ggml_cgraph * gf, const KvStepInputs & in, const char * prefix);
 
 struct StackOptions {
     const char * prefix = "";       // intermediates are named "<prefix>.<layer>.<stage>"
     const KvWindow * kv = nullptr;  // null: attend within the graph's own positions
-    ggml_tensor * mask = nullptr;   // additive F32 [n_kv, n]; null: causal
-    // Per-sequence attention (the talker's batched step): position b of the graph is the next
-    // position of sequence b, which has a cache of its own (seqs[b]); each sequence attends
-    // with the same ops as a graph of its own, so that its arithmetic is the single path's.
-    const std::vector<KvWindow> * seqs = nullptr;
+    ggml_tensor * mask = nullptr;   // additive F32 [n_kv, n] or [n_kv, n / lanes, 1, lanes]; null: causal
 };
 
 // Run `x` [n_embd, n] through every layer (positions `pos`, I32 [n]); the cache writes are

@@ -447,6 +447,17 @@ class Batch:
     def max_batch(self) -> int:
         return int(self._native.max_batch)
 
+    @property
+    def talker_step_nodes(self) -> int:
+        """Nodes of the last batched talker step's graph, the same whatever the number of slots
+        (docs/serving.md, "Batching"); 0 before the first step."""
+        return int(self._native.talker_step_nodes)
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of the shared talker KV cache now."""
+        return int(self._native.cache_bytes)
+
     def cancel(self, slot: int) -> None:
         """Stop a slot at its next frame, from any thread (takes no lock: an atomic flag)."""
         self._native.cancel(slot)
