@@ -106,17 +106,27 @@ TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const floa
         return talker_output(step_.gf);
     }
     // Elsewhere the batched step's graph with one lane: a window of whole buckets, masked
-    // (docs/architecture.md, "KV cache").
+    // (docs/architecture.md, "KV cache"). Its nodes, shapes and addresses only change with the
+    // window, so each window's graph is built once and replayed, which lets a GPU backend replay
+    // it as one captured graph (docs/gpu.md, "What runs where").
     const int64_t n_ctx = talker_cache_.n_ctx(), window = kv_window(n_past + 1, n_ctx);
     const KvStepInputs kv = kv_step_inputs(t.tfm.hp, n_ctx, n_ctx, window, {n_past});
-    return talker_output(run(
-        [&](ggml_context * ctx, ggml_cgraph * g) {
-            return build_talker_step_lanes(ctx, g, t, model_->code_predictor, talker_cache_, 1, n_ctx, window);
-        },
-        [&](ggml_cgraph * g) {
-            set_inputs(g);
-            set_kv_step_inputs(g, kv, "talker");
-        }));
+    ProfileClock clock(*this);
+    Replay & r = window_steps_[window];
+    if (r.stale(talker_cache_)) {
+        build_replay(r, talker_cache_, "talker step", [&](ggml_context * ctx, ggml_cgraph * gf) {
+            ggml_tensor * out = build_talker_step_lanes(ctx, gf, t, model_->code_predictor, talker_cache_, 1, n_ctx,
+                                                        window);
+            ggml_set_output(out);
+            ggml_build_forward_expand(gf, out);
+        });
+    }
+    clock.lap(":build");
+    set_inputs(r.gf);
+    set_kv_step_inputs(r.gf, kv, "talker");
+    clock.lap(":alloc");
+    compute(r.sched, r.gf, clock);
+    return talker_output(r.gf);
 }
 
 void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,

@@ -68,6 +68,8 @@ void Session::free_replay(Replay & r) {
 void Session::free_replays() {
     free_replay(frame_);
     free_replay(step_);
+    for (auto & w : window_steps_) free_replay(w.second);
+    window_steps_.clear();
 }
 
 void Session::build_replay(Replay & r, const KvCache & cache, const char * what,
@@ -114,9 +116,15 @@ void Session::set_prefill_chunk(int n) {
     prefill_chunk_ = n;
 }
 
+std::vector<ggml_backend_sched_t> Session::scheds() const {
+    std::vector<ggml_backend_sched_t> all = {sched_, frame_.sched, step_.sched};
+    for (const auto & w : window_steps_) all.push_back(w.second.sched);
+    return all;
+}
+
 std::map<std::string, size_t> Session::memory() const {
     size_t compute = 0;
-    for (ggml_backend_sched_t s : {sched_, frame_.sched, step_.sched}) {
+    for (ggml_backend_sched_t s : scheds()) {
         if (!s) continue;
         compute += ggml_backend_sched_get_buffer_size(s, backend_);
         if (cpu_ != backend_) compute += ggml_backend_sched_get_buffer_size(s, cpu_);
@@ -127,7 +135,7 @@ std::map<std::string, size_t> Session::memory() const {
 void Session::set_profiling(bool on) {
     profile_.clear();
     profiling_ = on;
-    for (ggml_backend_sched_t s : {sched_, frame_.sched, step_.sched}) {
+    for (ggml_backend_sched_t s : scheds()) {
         if (s) ggml_backend_sched_set_eval_callback(s, on ? &Session::profile_node : nullptr, this);
     }
 }

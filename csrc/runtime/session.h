@@ -4,8 +4,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -230,7 +230,10 @@ private:
     FrameGraph frame_;
     // The talker's decode step over its whole fused cache, the position an input (CPU, native).
     Replay step_;
+    // Elsewhere, its step over each masked window of whole buckets (kv_window) in use.
+    std::map<int64_t, Replay> window_steps_;
     ggml_backend_sched_t new_sched();
+    std::vector<ggml_backend_sched_t> scheds() const;  // the main one and every replay's
     void free_replay(Replay & r);
     void free_replays();
     // (Re)build `r` with `build` for the current epoch of `cache`.
