@@ -266,3 +266,44 @@ def test_metrics_and_models(server: LiveServer, client: openai.OpenAI) -> None:
     assert _metric(server, "qtts_time_to_first_audio_seconds_count") >= 1
     voices = httpx.get(f"{server.url}/v1/audio/voices", headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
     assert [v["id"] for v in voices.json()["data"]] == ["dylan", "ryan", "vivian"]
+
+
+def test_one_pcm_conversion_everywhere(server: LiveServer, client: openai.OpenAI, local: qtts.Model,
+                                       cv_path: Path, tmp_path: Path) -> None:
+    """The same seed gives the same 16-bit samples from every output: the CLI's file and --raw,
+    Audio.save, a batch file, and the server's wav and pcm (runtime/audio.py, to_int16)."""
+    import subprocess
+    import sys
+
+    text, seed = "Hello from the server.", 21
+    audio = local.synthesize(text, speaker="ryan", seed=seed, max_new_tokens=FRAMES)
+    expected = pcm16(audio.samples)
+    assert np.abs(audio.samples).max() > 1 / 32767  # not silence: the rounding is exercised
+    cli = [sys.executable, "-m", "qtts.cli", "speak", "-m", str(cv_path), "--speaker", "ryan", "-p", text, "--seed",
+           str(seed), "--max-new-tokens", str(FRAMES), "-t", "1", "-q"]
+    (tmp_path / "m.jsonl").write_text(json.dumps({"id": "x", "text": text, "speaker": "ryan", "seed": seed,
+                                                  "max_new_tokens": FRAMES}) + "\n")
+    runs = [subprocess.run(cmd, capture_output=True, timeout=300, stdin=subprocess.DEVNULL) for cmd in (
+        [*cli, "-o", str(tmp_path / "cli.wav")], [*cli, "--raw"], [*cli, "-o", "-"],
+        [sys.executable, "-m", "qtts.cli", "batch", str(tmp_path / "m.jsonl"), "-m", str(cv_path), "--output-dir",
+         str(tmp_path / "batch"), "-t", "1", "-q"])]
+    for r in runs:
+        assert r.returncode == 0, r.stderr.decode()
+
+    def wav(data: bytes | Path) -> bytes:
+        samples, rate = sf.read(io.BytesIO(data) if isinstance(data, bytes) else data, dtype="int16")
+        assert rate == 24000 and sf.info(io.BytesIO(data) if isinstance(data, bytes) else data).subtype == "PCM_16"
+        return samples.tobytes()
+
+    got = {
+        "Audio.save": wav(audio.save(tmp_path / "save.wav")),
+        "Audio.save flac": sf.read(audio.save(tmp_path / "save.flac"), dtype="int16")[0].tobytes(),
+        "cli -o file": wav(tmp_path / "cli.wav"),
+        "cli --raw": runs[1].stdout,
+        "cli -o -": wav(runs[2].stdout),
+        "batch": wav(tmp_path / "batch" / "x.wav"),
+        "server pcm": _speech(client, seed, "pcm"),
+        "server wav": wav(_speech(client, seed, "wav")),
+        "server flac": sf.read(io.BytesIO(_speech(client, seed, "flac")), dtype="int16")[0].tobytes(),
+    }
+    assert {k: v == expected for k, v in got.items()} == {k: True for k in got}
