@@ -245,7 +245,8 @@ def test_a_body_that_is_not_json_is_415(server: LiveServer, send: dict[str, Any]
     r = httpx.post(f"{server.url}/v1/audio/speech", headers=headers, timeout=30, **send)
     assert r.status_code == 415, r.text
     err = r.json()["error"]
-    assert err["code"] == "unsupported_media_type" and err["message"].startswith("Content-Type must be application/json")
+    assert err["code"] == "unsupported_media_type"
+    assert err["message"].startswith("Content-Type must be application/json")
     assert (r.request.headers.get("content-type") or "has none") in err["message"]
 
 
