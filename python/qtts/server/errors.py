@@ -104,7 +104,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
                    if name is not None]
         if not missing:  # the whole body
             missing = _required(request) if _json_body(request) else []
-            message = f"the request body is empty; required fields: {', '.join(missing)}"
+            message = "the request body is empty" + (f"; required fields: {', '.join(missing)}" if missing else "")
         elif len(missing) == 1:
             message = f"{missing[0]} is required"
         else:
