@@ -296,6 +296,39 @@ def test_cancel_stops_within_a_frame_and_frees_the_slot(cv: qtts.Model) -> None:
         sched.submit(TEXTS[1], speaker="ryan")
 
 
+def test_cancel_takes_no_more_engine_work(cv: qtts.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel that lands while a batch step runs (as a shutdown's does) ends the jobs without
+    another step, and without vocoding their frames that nobody will hear: on busy cores each
+    costs seconds past --shutdown-timeout."""
+    calls: list[str] = []
+    step, push = SessionHandle.batch_step, SessionHandle.decode_stream_push
+
+    def batch_step(self: SessionHandle, batch: object, n: int) -> object:
+        calls.append("step")
+        out = step(self, batch, n)
+        if calls.count("step") == 6:  # mid-stream, while the step is in flight
+            sched.close(cancel=True, timeout=0)
+            calls.append("cancelled")
+        return out
+
+    def decode_stream_push(self: SessionHandle, codes: object, stream: int = 0) -> object:
+        calls.append("push")
+        return push(self, codes, stream)
+
+    monkeypatch.setattr(SessionHandle, "batch_step", batch_step)
+    monkeypatch.setattr(SessionHandle, "decode_stream_push", decode_stream_push)
+    sched = Scheduler(cv, max_batch=2)
+    jobs = [sched.submit(TEXTS[0], speaker="ryan", seed=i, max_new_tokens=10_000, frame_budget=None)
+            for i in range(2)]
+    chunks = [list(job) for job in jobs]
+    sched.close(timeout=60)
+    assert calls[calls.index("cancelled") + 1:] == []  # no step, no push after the cancel
+    for job, got in zip(jobs, chunks):
+        assert job.stop_reason == "cancelled" and got[-1].stop_reason == "cancelled" and not len(got[-1].samples)
+        audio = job.result(timeout=0)
+        assert len(audio.samples) == len(audio.codes) * 1920  # the codes kept are those whose audio was sent
+
+
 def test_async_iteration_and_close_cancel(cv: qtts.Model) -> None:
     kw = dict(speaker="ryan", seed=5, max_new_tokens=12)
     want = list(cv.stream(TEXTS[0], **kw))

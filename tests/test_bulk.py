@@ -214,6 +214,67 @@ def test_kill_and_resume(cv_path: Path, tmp_path: Path) -> None:
     assert not list(out.glob("*.partial"))
 
 
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is `pid` (read from /proc)."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_parent_leaves_no_workers(cv_path: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    """`--jobs 2` killed mid-run: its workers and multiprocessing's resource tracker are gone
+    within 2 s, and the same command then finishes the run."""
+    n = 8
+    items = [{"id": f"w{i}", "text": f"Item number {i}.", "speaker": "ryan", "seed": i, "min_new_tokens": 80,
+              "max_new_tokens": 81, "frame_budget": "none"} for i in range(n)]
+    manifest = write_manifest(tmp_path / "m.jsonl", items)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "qtts.cli", "batch", str(manifest), "-m", str(cv_path), "--output-dir", str(out),
+           "-t", "2", "--jobs", "2", "--max-batch", "1", "-q"]
+    env = {**os.environ, "QTTS_CACHE": str(tmp_path)}
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    log = out / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.exists() and log.read_text().count("\n") >= 1:
+            break
+        time.sleep(0.01)
+    children = _children(proc.pid)
+    assert len(children) >= 3, children  # two workers and the resource tracker
+    proc.send_signal(sig)
+    proc.wait(30)
+    t0 = time.monotonic()
+    while any(_alive(p) for p in children) and time.monotonic() - t0 < 2.0:
+        time.sleep(0.05)
+    assert not [p for p in children if _alive(p)], f"alive 2 s after {sig.name}"
+    assert "Traceback" not in proc.stderr.read().decode()
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 128 + signal.SIGTERM
+    assert 1 <= len(results_lenient(log)) < n, "the run was not killed midway"
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    recs = results_lenient(log)
+    assert sorted(r["id"] for r in recs if r["error"] is None) == sorted(x["id"] for x in items)
+    for r in recs:
+        assert sf.info(str(out / r["file"])).frames == r["samples"] == 80 * 1920
+    assert not list(out.glob("*.partial"))
+
+
 def results_lenient(path: Path) -> list[dict[str, Any]]:
     out = []
     for line in path.read_text().splitlines():

@@ -78,3 +78,37 @@ def test_cli_speaks_from_a_repo_id(fixture_root: Path, tmp_path: Path) -> None:
         assert "[1/" not in r.stderr
     assert (tmp_path / "a.wav").read_bytes() == (tmp_path / "b.wav").read_bytes()
     assert [p.name for p in (tmp_path / "qtts").glob("*.gguf")] == ["Qwen3-TTS-12Hz-0.6B-CustomVoice-q8_0.gguf"]
+
+
+@pytest.mark.parametrize("offline", [True, False])
+def test_repo_id_that_cannot_be_had_says_what_to_do(fixture_root: Path, tmp_path: Path, offline: bool) -> None:
+    """The README's first command with no network and the checkpoint not cached (the cache
+    holds another repo): qtts's own one-line error naming the repo, the cache folder looked in,
+    and the two ways on, from the command line and from qtts.load."""
+    import os
+    import subprocess
+    import sys
+
+    repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+    _fake_cache(tmp_path / "hf", "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign", fixture_root / "tiny_voice_design")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HOME=str(tmp_path / "hf"), QTTS_CACHE=str(tmp_path / "qtts"),
+               HF_ENDPOINT="http://127.0.0.1:9")  # nothing listens there: no network, even in CI
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    cli = subprocess.run([sys.executable, "-m", "qtts.cli", "-m", repo_id, "--speaker", "ryan", "-p", "Hi",
+                          "-o", str(tmp_path / "a.wav")], env=env, capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    lib = subprocess.run([sys.executable, "-c", f"import qtts; qtts.load({repo_id!r})"], env=env,
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert cli.returncode == 1 and lib.returncode == 1
+    assert cli.stderr.count("\n") == 1 and cli.stderr.startswith(f"qtts-cli: error: cannot get {repo_id}: ")
+    assert "OSError: cannot get" in lib.stderr
+    for err in (cli.stderr, lib.stderr):
+        why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face Hub could not be reached"
+        assert why in err and "not in the local Hugging Face cache" in err
+        assert str(tmp_path / "hf" / "hub" / "models--Qwen--Qwen3-TTS-12Hz-0.6B-CustomVoice") in err
+        assert "connected to the internet" in err and ("without HF_HUB_OFFLINE" in err) == offline
+        assert "`qtts-cli convert LOCAL_DIR -o model.gguf`" in err and "`-m model.gguf`" in err
+        assert "local_files_only" not in err and "check your internet connection" not in err
+    assert not (tmp_path / "a.wav").exists() and not list((tmp_path / "hf" / "hub").glob("*CustomVoice*"))

@@ -7,8 +7,10 @@ import base64
 import io
 import json
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -209,6 +211,62 @@ def test_body_over_the_limit_is_413(server: LiveServer) -> None:
     assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
 
 
+def test_chunked_body_over_the_limit_is_413(server: LiveServer) -> None:
+    """A body sent chunked declares no Content-Length: the same 413 once it passes the limit,
+    and a chunked body under it is served."""
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+
+    def chunks(body: bytes) -> Iterator[bytes]:
+        for i in range(0, len(body), 1 << 20):
+            yield body[i:i + (1 << 20)]
+
+    big = b'{"model": "' + b"x" * (30 << 20) + b'"}'
+    r = httpx.post(f"{server.url}/v1/audio/speech", content=chunks(big), headers=headers, timeout=60)
+    assert "content-length" not in r.request.headers and r.request.headers["transfer-encoding"] == "chunked"
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large", r.text
+    small = json.dumps({"model": MODEL, "input": "Hello from the server.", "voice": "ryan", "response_format": "pcm",
+                        **_extra(3)}).encode()
+    r = httpx.post(f"{server.url}/v1/audio/speech", content=chunks(small), headers=headers, timeout=60)
+    assert r.status_code == 200 and r.content == _speech(openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY), 3)
+
+
+GOOD = {"model": MODEL, "input": "Hi.", "voice": "ryan"}
+
+
+@pytest.mark.parametrize("send", [
+    dict(content=json.dumps(GOOD), headers={"Content-Type": "text/plain"}),
+    dict(data=GOOD),  # form-urlencoded: what `curl -d` sends without -H
+    dict(files={"input": (None, "Hi.")}, data={"model": MODEL, "voice": "ryan"}),  # multipart
+    dict(content=json.dumps(GOOD).encode()),  # no Content-Type at all
+    dict(content=b"", headers={"Content-Type": "text/plain"}),
+])
+def test_a_body_that_is_not_json_is_415(server: LiveServer, send: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {KEY}", **send.pop("headers", {})}
+    r = httpx.post(f"{server.url}/v1/audio/speech", headers=headers, timeout=30, **send)
+    assert r.status_code == 415, r.text
+    err = r.json()["error"]
+    assert err["code"] == "unsupported_media_type"
+    assert err["message"].startswith("Content-Type must be application/json")
+    assert (r.request.headers.get("content-type") or "has none") in err["message"]
+
+
+@pytest.mark.parametrize("content, message, param", [
+    (b"", "the request body is empty; required fields: model, input", "model"),
+    (b"{}", "model and input are required", "model"),
+    (b'{"model": "%s"}' % MODEL.encode(), "input is required", "input"),
+])
+def test_missing_fields_are_named(server: LiveServer, content: bytes, message: str, param: str) -> None:
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    r = httpx.post(f"{server.url}/v1/audio/speech", content=content, headers=headers, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["message"] == message and r.json()["error"]["param"] == param
+
+
+def test_openai_client_without_voice(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="voice is required") as e:
+        client.audio.speech.create(model=MODEL, input="Hi.", voice=openai.NOT_GIVEN)
+    assert e.value.body["param"] == "voice"
+
+
 def test_openai_client_raises_bad_request(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError, match="unknown voice"):
         client.audio.speech.create(model=MODEL, voice="alloy", input="Hi.")
@@ -266,3 +324,44 @@ def test_metrics_and_models(server: LiveServer, client: openai.OpenAI) -> None:
     assert _metric(server, "qtts_time_to_first_audio_seconds_count") >= 1
     voices = httpx.get(f"{server.url}/v1/audio/voices", headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
     assert [v["id"] for v in voices.json()["data"]] == ["dylan", "ryan", "vivian"]
+
+
+def test_one_pcm_conversion_everywhere(server: LiveServer, client: openai.OpenAI, local: qtts.Model,
+                                       cv_path: Path, tmp_path: Path) -> None:
+    """The same seed gives the same 16-bit samples from every output: the CLI's file and --raw,
+    Audio.save, a batch file, and the server's wav and pcm (runtime/audio.py, to_int16)."""
+    import subprocess
+    import sys
+
+    text, seed = "Hello from the server.", 21
+    audio = local.synthesize(text, speaker="ryan", seed=seed, max_new_tokens=FRAMES)
+    expected = pcm16(audio.samples)
+    assert np.abs(audio.samples).max() > 1 / 32767  # not silence: the rounding is exercised
+    cli = [sys.executable, "-m", "qtts.cli", "speak", "-m", str(cv_path), "--speaker", "ryan", "-p", text, "--seed",
+           str(seed), "--max-new-tokens", str(FRAMES), "-t", "1", "-q"]
+    (tmp_path / "m.jsonl").write_text(json.dumps({"id": "x", "text": text, "speaker": "ryan", "seed": seed,
+                                                  "max_new_tokens": FRAMES}) + "\n")
+    runs = [subprocess.run(cmd, capture_output=True, timeout=300, stdin=subprocess.DEVNULL) for cmd in (
+        [*cli, "-o", str(tmp_path / "cli.wav")], [*cli, "--raw"], [*cli, "-o", "-"],
+        [sys.executable, "-m", "qtts.cli", "batch", str(tmp_path / "m.jsonl"), "-m", str(cv_path), "--output-dir",
+         str(tmp_path / "batch"), "-t", "1", "-q"])]
+    for r in runs:
+        assert r.returncode == 0, r.stderr.decode()
+
+    def wav(data: bytes | Path) -> bytes:
+        samples, rate = sf.read(io.BytesIO(data) if isinstance(data, bytes) else data, dtype="int16")
+        assert rate == 24000 and sf.info(io.BytesIO(data) if isinstance(data, bytes) else data).subtype == "PCM_16"
+        return samples.tobytes()
+
+    got = {
+        "Audio.save": wav(audio.save(tmp_path / "save.wav")),
+        "Audio.save flac": sf.read(audio.save(tmp_path / "save.flac"), dtype="int16")[0].tobytes(),
+        "cli -o file": wav(tmp_path / "cli.wav"),
+        "cli --raw": runs[1].stdout,
+        "cli -o -": wav(runs[2].stdout),
+        "batch": wav(tmp_path / "batch" / "x.wav"),
+        "server pcm": _speech(client, seed, "pcm"),
+        "server wav": wav(_speech(client, seed, "wav")),
+        "server flac": sf.read(io.BytesIO(_speech(client, seed, "flac")), dtype="int16")[0].tobytes(),
+    }
+    assert {k: v == expected for k, v in got.items()} == {k: True for k in got}

@@ -136,6 +136,26 @@ def test_voice_errors(state: dict[str, LiveServer], clip: Path) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "ref_audio"
 
 
+def test_errors_name_the_field_at_fault(state: dict[str, LiveServer]) -> None:
+    """A clip's fault names the clip's field even where the message mentions the transcript; a
+    missing voice is named as missing (the openai client, and raw httpx for the upload)."""
+    short, long = io.BytesIO(), io.BytesIO()
+    sf.write(short, np.full(1200, 0.1, dtype=np.float32), 24000, format="WAV")  # 0.05 s
+    sf.write(long, np.full(65 * 8000, 0.1, dtype=np.float32), 8000, format="WAV")  # 65 s
+    client = openai.OpenAI(base_url=f"{_url(state)}/v1", api_key="unused", max_retries=0)
+    for extra in ({"x_vector_only_mode": True}, {"ref_text": TRANSCRIPT}):
+        with pytest.raises(openai.BadRequestError, match="too short") as e:
+            client.audio.speech.create(model=MODEL, voice="any", input="Hi.",
+                                       extra_body={"ref_audio": base64.b64encode(short.getvalue()).decode(), **extra})
+        assert e.value.body["param"] == "ref_audio"
+    r = _upload(state, long.getvalue(), name="long", transcript=TRANSCRIPT)
+    assert r.status_code == 400 and "at most 60 s" in r.json()["error"]["message"]
+    assert r.json()["error"]["param"] == "audio"
+    with pytest.raises(openai.BadRequestError, match="voice is required") as e:
+        client.audio.speech.create(model=MODEL, input="Hi.", voice=openai.NOT_GIVEN)
+    assert e.value.body["param"] == "voice" and "ref_audio" in e.value.body["message"]
+
+
 def test_restart_keeps_voices_and_finishes_in_flight(state: dict[str, LiveServer], base_path: Path,
                                                      voices_dir: Path, local: qtts.Model,
                                                      tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -8,6 +8,10 @@ results table (docs/serving.md, "Bulk synthesis")."""
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -82,10 +86,38 @@ class LocalRunner:
 
 
 _SYNTH: Synth | Exception | None = None  # the worker process's model, or why it could not load
+PARENT_POLL_S = 0.2  # how often a worker checks that its parent is alive
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _init_worker(spec: ModelSpec, max_batch: int) -> None:
+def _die_with_parent(parent: int, pdeathsig: bool) -> None:
+    """End this worker when its parent ends, however it ends (SIGKILL included): the parent
+    alone writes files and results, so a worker left behind only holds memory and cores.
+
+    On Linux the kernel sends SIGKILL (PR_SET_PDEATHSIG) when the thread that spawned this
+    process ends, which is the parent's end when it was spawned from the main thread
+    (`pdeathsig`); elsewhere, and as the fallback, a thread notices the parent is gone (this
+    process re-parented) within PARENT_POLL_S. The GIL is free while native code computes, so it
+    runs mid-generation."""
+    if pdeathsig and sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)  # no cleanup to do: the parent alone owns the output
+
+    if os.getppid() != parent:  # it ended before the signal was armed
+        os._exit(1)
+    threading.Thread(target=watch, name="qtts-parent-watch", daemon=True).start()
+
+
+def _init_worker(spec: ModelSpec, max_batch: int, parent: int, pdeathsig: bool) -> None:
     global _SYNTH
+    _die_with_parent(parent, pdeathsig)
     try:
         _SYNTH = Synth(spec.load(), max_batch)
     except Exception as e:  # noqa: BLE001  (raised from the first chunk, so the parent reports it once)
@@ -112,10 +144,15 @@ class JobsRunner:
 
         size = max(1, min(self.max_batch, -(-len(items) // self.jobs)))  # every worker busy, even on few items
         chunks = [items[i:i + size] for i in range(0, len(items), size)]
+        # The pool spawns its workers from the thread that submits (this one).
+        main = threading.current_thread() is threading.main_thread()
+        before = set(multiprocessing.active_children())
         ex = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_init_worker, initargs=(self.spec, self.max_batch))
+                                 initializer=_init_worker, initargs=(self.spec, self.max_batch, os.getpid(), main))
+        finished, workers = False, set()
         try:
             todo: set[Future[Any]] = {ex.submit(_work, c) for c in chunks}
+            workers = set(multiprocessing.active_children()) - before
             while todo:
                 ready, todo = wait(todo, return_when=FIRST_COMPLETED)
                 for f in ready:
@@ -127,5 +164,9 @@ class JobsRunner:
                     if mem:
                         self.memory[int(mem["pid"])] = mem
                     yield from results
+            finished = True
         finally:
+            if not finished:  # an error, SIGTERM or a closed iterator: stop the workers mid-chunk
+                for p in workers:
+                    p.terminate()
             ex.shutdown(wait=True, cancel_futures=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"{args.manifest}: no items to synthesize")
     _check_output_dir(args.output_dir)
     _need_soundfile()
+    # SIGTERM unwinds like an error (its default ends the process on the spot): --jobs workers
+    # are stopped and joined, and the exit status is the usual 128 + 15. A worker outlives no
+    # parent in any case (bulk/local.py, _die_with_parent).
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     runner = _runner(args)
     from ..bulk.run import prepare, run_batch
 
@@ -59,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**summary.to_dict(), "bad_lines": len(manifest.errors), "items": len(manifest.items),
                           "output_dir": str(out), "jobs": args.jobs, "ray": args.ray}, indent=2))
     return 0 if summary.ok and not manifest.errors else 1
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _runner(args: argparse.Namespace) -> Any:

@@ -121,10 +121,10 @@ def _stream_raw(model: Any, text: str, kw: dict[str, Any], args: argparse.Namesp
 
 def _write(samples: Any, sample_rate: int, dest: str) -> None:
     if dest == "-":
-        import soundfile as sf
+        from ..runtime.audio import write_audio
 
         buf = io.BytesIO()
-        sf.write(buf, samples, sample_rate, format="WAV", subtype="PCM_16")
+        write_audio(buf, samples, sample_rate, "WAV", "PCM_16")
         sys.stdout.buffer.write(buf.getvalue())
         sys.stdout.buffer.flush()
     else:

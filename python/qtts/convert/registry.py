@@ -46,13 +46,34 @@ def is_repo_id(model: str | os.PathLike[str]) -> bool:
 
 
 def download(repo_id: str, *, revision: str | None = None) -> Path:
-    """The checkpoint directory in the Hugging Face cache (downloaded unless offline)."""
+    """The checkpoint directory in the Hugging Face cache (downloaded unless offline). OSError
+    when it can be neither downloaded nor found in the cache, saying what to do instead."""
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import constants, snapshot_download
+        from huggingface_hub.utils import LocalEntryNotFoundError
     except ImportError:
         raise ImportError('downloading needs huggingface_hub: pip install "qtts[hub]"') from None
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    return Path(snapshot_download(repo_id, revision=revision, allow_patterns=_PATTERNS, local_files_only=offline))
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=_PATTERNS,
+                                      local_files_only=offline))
+    except LocalEntryNotFoundError as e:  # huggingface_hub's words are for its Python callers
+        raise OSError(not_available(repo_id, offline, e.__cause__, Path(constants.HF_HUB_CACHE))) from None
+
+
+def not_available(repo_id: str, offline: bool, cause: BaseException | None, cache: Path) -> str:
+    """What a user reads when a checkpoint cannot be had: why, where it was looked for, and the
+    two ways on."""
+    if offline:
+        why = "HF_HUB_OFFLINE is set, so nothing is downloaded"
+    else:
+        reason = f": {type(cause).__name__}" if cause is not None else ""
+        why = f"the Hugging Face Hub could not be reached{reason}"
+    return (f"cannot get {repo_id}: {why}, and it is not in the local Hugging Face cache "
+            f"({cache / ('models--' + repo_id.replace('/', '--'))}). Either run again "
+            f"{'without HF_HUB_OFFLINE, ' if offline else ''}connected to the internet (it is downloaded once), or "
+            "convert a local copy of the checkpoint with `qtts-cli convert LOCAL_DIR -o model.gguf` and "
+            "load that file (`-m model.gguf`)")
 
 
 def fetch(repo_id: str, out_dir: str | os.PathLike[str], out_type: str = "q8_0", *,

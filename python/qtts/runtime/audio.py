@@ -94,8 +94,6 @@ def save_audio(path: str | os.PathLike[str], samples: np.ndarray, sample_rate: i
     its previous content or the whole new file, never a truncated one. OSError (FileNotFoundError,
     PermissionError, ...) says what went wrong and names the path.
     """
-    import soundfile as sf
-
     from ..atomic import atomic_output, describe_os_error
 
     p = Path(path)
@@ -109,7 +107,7 @@ def save_audio(path: str | os.PathLike[str], samples: np.ndarray, sample_rate: i
     # Encoded in memory first: soundfile reports any OS failure of its own writes as "System
     # error.", while Python's file writes below carry the errno (disk full, permission, ...).
     buf = io.BytesIO()
-    sf.write(buf, np.asarray(samples, dtype=np.float32), sample_rate, format=fmt, subtype=subtype)
+    write_audio(buf, samples, sample_rate, fmt, subtype)
     try:
         with atomic_output(p) as tmp, open(tmp, "wb") as f:
             f.write(buf.getbuffer())
@@ -118,6 +116,23 @@ def save_audio(path: str | os.PathLike[str], samples: np.ndarray, sample_rate: i
     return p
 
 
+def write_audio(out: io.BytesIO, samples: np.ndarray, sample_rate: int, fmt: str, subtype: str) -> None:
+    """`samples` encoded as a `fmt` file (soundfile's format and subtype names) into `out`.
+    16-bit files get to_int16's samples: libsndfile's own float conversion scales by 32768 and
+    rounds otherwise, which would make a WAV differ from the raw PCM of the same audio."""
+    import soundfile as sf
+
+    data = to_int16(samples) if subtype == "PCM_16" else np.asarray(samples, dtype=np.float32)
+    sf.write(out, data, sample_rate, format=fmt, subtype=subtype)
+
+
+def to_int16(samples: np.ndarray) -> np.ndarray:
+    """The one float-to-16-bit conversion of every output (files, raw PCM, the server): clipped
+    to [-1, 1], scaled by 32767 (so that +1 and -1 map to +-32767, symmetric), rounded half to
+    even."""
+    return np.rint(np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0) * np.float32(32767.0)).astype(np.int16)
+
+
 def pcm16(samples: np.ndarray) -> bytes:
-    """Little-endian signed 16-bit PCM, as raw players (ffplay -f s16le, aplay -f S16_LE) expect."""
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+    """Little-endian signed 16-bit PCM (to_int16), as raw players (ffplay -f s16le, aplay -f S16_LE) expect."""
+    return to_int16(samples).astype("<i2").tobytes()

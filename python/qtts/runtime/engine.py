@@ -6,12 +6,13 @@ its use (docs/architecture.md, "Layers"). Nothing else in qtts touches a native 
 
 The lock is taken once per operation, visibly: `with engine.session() as s:` yields a
 SessionHandle with the compute methods, valid until the block ends. A stream holds it between
-chunks, so other threads wait; the same thread using the engine then (its stream suspended at a
-chunk) would corrupt the stream, and raises RuntimeError instead.
+chunks: any thread may advance the stream, and every other use of the engine waits until the
+stream ends or is closed (_EngineLock).
 """
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import threading
 from collections.abc import Callable, Iterator
@@ -463,38 +464,62 @@ class Batch:
         self._native.cancel(slot)
 
 
+def _no_other_caller() -> bool:
+    """True when no thread but this one could advance or close a stream: every other live
+    thread is qtts's own (named "qtts-...": the pipelined vocoder, the scheduler), none of
+    which runs user code."""
+    me = threading.current_thread()
+    return not any(t is not me and not t.name.startswith("qtts-") for t in threading.enumerate())
+
+
 class _EngineLock:
-    """One operation at a time per engine: other threads wait. Taking it again from the thread
-    that holds it is a bug (a nested call, or code run while this thread's stream is suspended
-    at a chunk) and raises instead of deadlocking."""
+    """One operation at a time per engine; every other caller waits (docs/architecture.md,
+    "Layers", rule 2). A stream holds it between chunks; while the stream is suspended at a chunk
+    the lock belongs to the stream, not to a thread, so any thread may advance it (thread pools,
+    Starlette's iterate_in_threadpool) and every other caller, on any thread, waits.
+
+    Two cases would wait forever, and raise instead: a nested call from the thread running an
+    operation (a progress callback calling the model), and a wait for a suspended stream when no
+    other thread is alive that could advance or close it (a script that keeps a stream open and
+    calls the model again)."""
+
+    POLL_S = 0.5  # how often a waiter looks again whether it is the only thread left
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._owner: int | None = None
+        self._running: int | None = None  # the thread executing under the lock; None while a stream is suspended
         self._suspended = False
 
     def __enter__(self) -> None:
-        me = threading.get_ident()
-        if self._owner == me:
-            if self._suspended:
-                raise RuntimeError("this qtts.Model is busy with an unfinished stream in this thread; "
-                                   "close the stream first or load a second Model")
+        if self._running == threading.get_ident():  # only the holder sets it to its own id
             raise RuntimeError("this qtts.Model is busy with an operation in this thread (a nested call)")
-        self._lock.acquire()
-        self._owner = me
+        if not self._lock.acquire(blocking=False):
+            while not self._wait():
+                pass
+        self._running = threading.get_ident()
+
+    def _wait(self) -> bool:
+        """One round of waiting: True once the lock is taken."""
+        if self._suspended and _no_other_caller():
+            gc.collect()  # a stream dropped inside a reference cycle is closed (and unlocks) here
+            if self._lock.acquire(blocking=False):
+                return True
+            raise RuntimeError("this qtts.Model is busy with an unfinished stream and no other thread can finish "
+                               "it: exhaust or close the stream (stream.close()) first, or load a second Model")
+        return self._lock.acquire(timeout=self.POLL_S)
 
     def __exit__(self, *exc: object) -> None:
-        self._owner = None
-        self._lock.release()
-
-    def _require_open(self) -> None:
-        if self._session is None:
-            raise RuntimeError("this engine session is closed: use it inside its `with engine.session()` block")
+        self._running = None
+        self._suspended = False
+        self._lock.release()  # a stream may end on another thread than the one that began it
 
     @contextlib.contextmanager
     def suspended(self) -> Iterator[None]:
+        """Around a stream's yield: the lock stays taken, owned by the stream until a thread resumes it."""
+        self._running = None
         self._suspended = True
         try:
             yield
         finally:
             self._suspended = False
+            self._running = threading.get_ident()  # whichever thread resumed (or closed) the stream

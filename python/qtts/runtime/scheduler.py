@@ -89,6 +89,7 @@ class Job:
         self._waves: list[np.ndarray] = []  # eager
         self._codes: list[np.ndarray] = []
         self._gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
+        self._raw: dict[str, float] = {}  # the native times of the piece so far, as its last step reported them
         clone_timings_into(self.timings, req.clone_timings)
 
     @property
@@ -305,7 +306,7 @@ class Scheduler:
                 self._admitting -= 1
 
     def _admit(self, job: Job) -> None:
-        if job._cancel.is_set():
+        if self._is_cancelled(job):
             self.finish_timings(job, "cancelled")
             return
         req, i = job._req, job._piece
@@ -334,9 +335,12 @@ class Scheduler:
         job._gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
 
     def _step(self, running: dict[int, Job]) -> None:
-        for slot, job in running.items():
-            if job._cancel.is_set():
-                self._batch.cancel(slot)
+        cancelled = {slot: job for slot, job in running.items() if self._is_cancelled(job)}
+        if cancelled:
+            self._drop(cancelled)
+            running = {slot: job for slot, job in running.items() if slot not in cancelled}
+            if not running:
+                return
         try:
             with self._engine.session() as s:
                 results = s.batch_step(self._batch, 1)
@@ -347,14 +351,48 @@ class Scheduler:
         with self._lock:
             self._batch_size = len(results)
             self._frames += sum(len(codes) for _, codes, _, _ in results)
+        late: dict[int, Job] = {}
         for slot, codes, reason, raw in results:
+            job = running[slot]
+            if reason is None and self._is_cancelled(job):
+                # cancelled during the step, or while the jobs before it were vocoded: no more chunks
+                job._raw = raw
+                late[slot] = job
+                continue
             try:
-                self._advance(running[slot], codes, reason, raw)
+                self._advance(job, codes, reason, raw)
             except Exception as e:
-                self._fail(running[slot], e)
+                self._fail(job, e)
+        if late:
+            self._drop(late)
+
+    def _is_cancelled(self, job: Job) -> bool:
+        """The job is cancelled, by itself or by close(cancel=True) (whose flags the loop sets on
+        its next round: read here so that a shutdown skips the rest of the current round's work)."""
+        return self._cancel_all or job._cancel.is_set()
+
+    def _drop(self, cancelled: dict[int, Job]) -> None:
+        """Cancelled jobs leave their slots at once rather than after one more batch step, which
+        would still run their talker step: on busy cores a step can take seconds (docs/serving.md,
+        "Server", shutdown)."""
+        try:
+            with self._engine.session() as s:
+                for slot in cancelled:
+                    s.batch_remove(self._batch, slot)
+        except Exception as e:
+            for job in cancelled.values():
+                self._fail(job, e)
+            return
+        for job in cancelled.values():
+            raw = {k: job._raw.get(k, 0.0) for k in ("prefill_ms", "talker_ms", "predictor_ms")}
+            try:
+                self._advance(job, self._engine.empty_codes(), "cancelled", raw)
+            except Exception as e:
+                self._fail(job, e)
 
     def _advance(self, job: Job, codes: np.ndarray, reason: str | None, raw: dict[str, float]) -> None:
         """A job's frames of one step: complete chunks go out; at a piece's end the next starts."""
+        job._raw = raw
         if len(codes):
             job._pending.append(codes)
             job._codes.append(codes)
@@ -373,9 +411,15 @@ class Scheduler:
         if reason != "eos" or job.stop_reason in (None, "eos"):
             job.stop_reason = reason
         last = job._piece + 1 == len(job._req.pieces) or reason == "cancelled"
+        job._raw = {}
         if job._eager:
             self._decode_piece(job, last)
         else:
+            if reason == "cancelled":  # nobody hears them (a client gone, a shutdown): not vocoded, so
+                # that a cancel frees the engine now, not after decoding a chunk per slot
+                del job._codes[len(job._codes) - len(job._pending):]
+                job._frames -= sum(len(c) for c in job._pending)
+                job._pending = []
             self._emit(job, reason if last else None, final=last)
         if last:
             self.finish_timings(job, None)

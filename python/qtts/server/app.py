@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import QttsError
 from ..runtime.scheduler import Scheduler
-from .errors import ApiError, error_response, install
+from .errors import ApiError, clone_error, error_response, install
 from .metrics import CONTENT_TYPE, Metrics, route_of
 from .schemas import MAX_INPUT_CHARS, SpeechRequest, model_list
 from .speech import MAX_UPLOAD_BYTES, Served, speech, upload_file
@@ -45,21 +45,33 @@ class _CountRequests:
             await send(message)
 
         too_large = ApiError(413, f"the request body is over {MAX_BODY_BYTES >> 20} MiB", code="too_large")
-        length = dict(scope["headers"]).get(b"content-length", b"0")
-        if length.isdigit() and int(length) > MAX_BODY_BYTES:
-            await error_response(too_large)(scope, receive, counted)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None:  # the HTTP layer holds the body to its declared length
+            if length.isdigit() and int(length) > MAX_BODY_BYTES:
+                await error_response(too_large)(scope, receive, counted)
+                return
+            await self.app(scope, receive, counted)
             return
+        # A chunked body declares no length: read it here, up to the limit, so that one over it
+        # gets the same 413 (an error raised inside the app's body parsing would become a 400).
+        buffered: list[Message] = []
         received = 0
-
-        async def limited() -> Message:  # a chunked body declares no length
-            nonlocal received
+        while True:
             message = await receive()
+            buffered.append(message)
+            if message["type"] != "http.request":
+                break
             received += len(message.get("body", b""))
             if received > MAX_BODY_BYTES:
-                raise too_large
-            return message
+                await error_response(too_large)(scope, receive, counted)
+                return
+            if not message.get("more_body", False):
+                break
 
-        await self.app(scope, limited, counted)
+        async def replay() -> Message:
+            return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, counted)
 
 
 def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None, api_key: str | None = None,
@@ -140,8 +152,7 @@ def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None,
         except QttsError as e:
             raise ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error") from None
         except (TypeError, ValueError) as e:
-            param = "transcript" if "ref_text" in str(e) else "audio"  # the only two the checks can mean
-            raise ApiError(400, str(e), param=param, code="invalid_value") from None
+            raise clone_error(e, "audio", "transcript") from None
         voice_id = await run_in_threadpool(served.voices.add, voice, voice_id)
         return served.voices.describe(voice_id)
 

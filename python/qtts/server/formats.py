@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 
-from ..runtime.audio import pcm16
+from ..runtime.audio import pcm16, to_int16
 from .errors import ApiError
 
 STREAMED = ("pcm", "wav")
@@ -64,7 +64,7 @@ def encode(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
     major, subtype = _SOUNDFILE[fmt]
     buf = io.BytesIO()
     # from the same 16-bit samples as pcm and wav, so that flac decodes to exactly those
-    sf.write(buf, np.frombuffer(pcm16(samples), dtype="<i2"), sample_rate, format=major, subtype=subtype)
+    sf.write(buf, to_int16(samples), sample_rate, format=major, subtype=subtype)
     return buf.getvalue()
 
 

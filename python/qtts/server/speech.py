@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 from ..errors import QttsError
 from ..runtime.audio import AudioChunk, pcm16
 from ..runtime.scheduler import Job, QueueFull, Scheduler, SchedulerClosed
-from .errors import ApiError, bad_argument, error_body
+from .errors import ApiError, bad_argument, clone_error, error_body
 from .formats import MEDIA_TYPES, STREAMED, change_speed, check_format, encode, wav_header
 from .schemas import SpeechRequest
 from .voices import VoiceStore
@@ -95,7 +95,11 @@ def _job_args(served: Served, body: SpeechRequest) -> dict[str, Any]:
         if body.ref_audio is None:
             if body.ref_text is not None or body.x_vector_only_mode:
                 raise ApiError(400, "ref_text and x_vector_only_mode go with ref_audio", param="ref_audio")
-            voice = served.voices.get(body.voice or "")
+            if not body.voice:
+                raise ApiError(400, "voice is required: the id of a saved voice (saved voices: "
+                                    f"{', '.join(served.voices.ids()) or 'none'}; POST /v1/audio/voices creates one), "
+                                    "or clone one inline with ref_audio", param="voice")
+            voice = served.voices.get(body.voice)
             if voice is None:
                 raise ApiError(400, f"unknown voice {body.voice!r}; saved voices: "
                                     f"{', '.join(served.voices.ids()) or 'none'} (POST /v1/audio/voices creates one; "
@@ -116,11 +120,16 @@ def _decode_base64(text: str, param: str) -> bytes:
 def _submit(served: Served, body: SpeechRequest, args: dict[str, Any]) -> Job:
     """Submit in a worker thread (validation and voice cloning take the model's time), mapping
     the scheduler's refusals to HTTP statuses."""
-    try:
-        if body.ref_audio is not None:  # cloned here, so the clip's file is gone before the job runs
+    if body.ref_audio is not None:  # cloned here, so the clip's file is gone before the job runs
+        try:
             with upload_file(_decode_base64(body.ref_audio, "ref_audio")) as path:
                 args["voice"] = served.model.create_voice(path, body.ref_text,
                                                           x_vector_only_mode=body.x_vector_only_mode)
+        except QttsError as e:
+            raise ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error") from None
+        except (TypeError, ValueError) as e:
+            raise clone_error(e, "ref_audio", "ref_text") from None
+    try:
         return served.scheduler.submit(body.input, **args)
     except QueueFull as e:
         raise ApiError(429, str(e), type="rate_limit_error", code="queue_full", headers={"Retry-After": "1"}) from None
@@ -129,10 +138,7 @@ def _submit(served: Served, body: SpeechRequest, args: dict[str, Any]) -> Job:
     except QttsError as e:
         raise ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error") from None
     except (TypeError, ValueError) as e:
-        err = bad_argument(e, _KNOWN)
-        if "reference audio" in err.message and err.param is None:
-            err.param = "ref_audio"
-        raise err from None
+        raise bad_argument(e, _KNOWN) from None
 
 
 async def _watch(receive: Receive, job: Job) -> None:
