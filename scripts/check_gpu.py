@@ -307,6 +307,28 @@ def speed(release: str, qtype: str, device: str, threads: int, frames: int, prec
     return r
 
 
+def batching(release: str, qtype: str, device: str, frames: int, batches: list[int]) -> dict[str, Any]:
+    """Aggregate audio seconds per wall second of synthesize_batch at each batch size (the same
+    text per item, its own seed each, EOS masked for `frames` frames)."""
+    import qtts
+    from qtts.bench.common import clip, prepare, settings
+
+    m = qtts.Model(str(prepare(release, qtype, 0)), device=device, n_threads=4, voice_cache=False)
+    voice = m.create_voice((clip(10.0), 24000), None, x_vector_only_mode=True)
+    text = "Hello from the benchmark, a sentence of ordinary length."
+    m.synthesize_batch([text] * 2, max_batch=2, voice=voice, **settings(4, 0))  # warm-up
+    r: dict[str, Any] = {"devices": m.devices, "frames": frames, "rows": []}
+    for b in batches:
+        kw = {**settings(frames, 0), "seed": list(range(b))}
+        t0 = time.perf_counter()
+        out = m.synthesize_batch([text] * b, max_batch=b, voice=voice, **kw)
+        wall = time.perf_counter() - t0
+        audio_s = sum(len(a.samples) for a in out) / m.sample_rate
+        r["rows"].append({"batch": b, "wall_s": wall, "audio_s": audio_s, "x_real_time": audio_s / wall,
+                          "ms_per_step": wall * 1e3 / frames})
+    return r
+
+
 def official(release: str, frames: int) -> dict[str, Any]:
     """The official package on the same device and weights: bf16, x-vector voice, same frames."""
     import torch
@@ -430,6 +452,8 @@ def run(a: argparse.Namespace) -> int:
                                           "--frames", fr, "--precision", "exact"], 45)
         r.phase("speed_0.6B_q8_0_cpu", ["speed", "0.6B-Base", "q8_0", "--device", "cpu", "-t", str(threads),
                                         "--frames", fr], 90)
+        r.phase("batch_0.6B_bf16", ["batch", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
+                                    "--batches", "1,8,32,64"], 60)
         r.phase("official_0.6B_bf16", ["official", "0.6B-Base", "--frames", fr], 100, reference=True)
         r.phase("speed_1.7B_bf16", ["speed", "1.7B-Base", "bf16", "--device", a.device, "-t", "4", "--frames", fr],
                 150)
@@ -486,6 +510,12 @@ def format_table(res: dict[str, Any]) -> str:
                          f"{got['talker_ms_per_frame']:.2f} | {got['predictor_ms_per_frame']:.2f} | "
                          f"{got['vocoder_ms_per_frame']:.2f} | {got['time_to_first_audio_ms']:.0f} | "
                          f"{got['rtf']:.3f} |")
+    got = (ph.get("batch_0.6B_bf16") or {}).get("result")
+    if got:
+        lines += ["", f"## Batching (synthesize_batch, {got['frames']} frames each)", "",
+                  "| B | wall s | audio s | x real time | ms per step |", "|---|---|---|---|---|"]
+        lines += [f"| {w['batch']} | {w['wall_s']:.2f} | {w['audio_s']:.1f} | {w['x_real_time']:.1f} | "
+                  f"{w['ms_per_step']:.2f} |" for w in got["rows"]]
     return "\n".join(lines) + "\n"
 
 
@@ -506,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--frames", type=int, default=100)
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--phases", help="run only these phases (comma-separated names as in the JSON)")
-    for name in ("info", "goldens", "parity", "speed", "official"):
+    for name in ("info", "goldens", "parity", "speed", "batch", "official"):
         p = sub.add_parser(name, help=argparse.SUPPRESS)
         p.add_argument("--json", required=True)
         if name in ("goldens", "parity"):
@@ -515,12 +545,14 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--device", default="auto")
             p.add_argument("--precision", default="exact")
             p.add_argument("--ops", default="auto")
-        if name in ("speed", "official"):
+        if name in ("speed", "batch", "official"):
             p.add_argument("release")
             p.add_argument("--frames", type=int, default=100)
-        if name == "speed":
+        if name in ("speed", "batch"):
             p.add_argument("type")
             p.add_argument("--device", default="auto")
+        if name == "batch":
+            p.add_argument("--batches", default="1,8,32,64")
             p.add_argument("--precision", default="auto")
             p.add_argument("-t", "--threads", type=int, default=4)
     a = ap.parse_args(argv)
@@ -540,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
         got = parity(Path(a.dir), a.device, a.precision, a.ops)
     elif a.cmd == "speed":
         got = speed(a.release, a.type, a.device, a.threads, a.frames, a.precision)
+    elif a.cmd == "batch":
+        got = batching(a.release, a.type, a.device, a.frames, [int(b) for b in a.batches.split(",")])
     else:
         got = official(a.release, a.frames)
     Path(a.json).write_text(json.dumps(got, indent=1, default=str))
