@@ -235,7 +235,7 @@ def _teacher_forced(m: Any, req: dict, codes: Any) -> list[Any]:
     return out
 
 
-def parity(gold: Path, device: str, precision: str, ops: str = "auto") -> dict[str, Any]:
+def parity(gold: Path, device: str, precision: str, ops: str = "auto", sampling: str = "default") -> dict[str, Any]:
     """Every case on `device` against the reference's goldens, and the same stages on the CPU's
     portable path (the reference for every device graph) to locate a difference."""
     import numpy as np
@@ -253,15 +253,20 @@ def parity(gold: Path, device: str, precision: str, ops: str = "auto") -> dict[s
                                        voice_cache=False),
                             qtts.Model(path, device="cpu", ops="portable", n_threads=4, voice_cache=False))
         m, cpu = models[name]
+        if sampling != "default":
+            with m.engine.session() as s:
+                s.native.device_sampling = sampling == "device"
         r["devices"], r["resolved_precision"] = m.devices, m.precision
         kw = _request(name, req, m, wav)
         audio = m.synthesize(TEXT, **kw, **GREEDY)
         want_codes, want_wav = g[f"case{i}.codes"], g[f"case{i}.wav"]
         same = audio.codes.shape == want_codes.shape and bool((audio.codes == want_codes).all())
-        first = None if same else int(np.argmax((audio.codes != want_codes[:len(audio.codes)]).any(axis=1)))
+        diff = audio.codes != want_codes[:len(audio.codes)] if audio.codes.shape == want_codes.shape else None
+        first = None if same or diff is None else int(np.argmax(diff.any(axis=1)))
+        group = None if first is None else int(np.argmax(diff[first]))
         n = min(len(audio.samples), len(want_wav))
         case = {"model": name, "request": {k: v for k, v in req.items()}, "codes_equal": same,
-                "first_differing_frame": first,
+                "first_differing_frame": first, "first_differing_group": group,
                 "wav_max_abs": float(np.abs(audio.samples[:n] - want_wav[:n]).max()) if same else None,
                 "wav_len_equal": len(audio.samples) == len(want_wav)}
         # teacher-forced: the talker's logits over the reference's frames, device against CPU
@@ -437,12 +442,15 @@ def run(a: argparse.Namespace) -> int:
     r.phase("goldens", ["goldens", str(gold)], 60, reference=True)
     threads = min(os.cpu_count() or 1, 16)
     for prec in ("exact", "fast"):
-        r.phase(f"parity_{prec}", ["parity", str(gold), "--device", a.device, "--precision", prec, "--ops", a.ops],
-                30)
+        r.phase(f"parity_{prec}", ["parity", str(gold), "--device", a.device, "--precision", prec, "--ops", a.ops,
+                                   "--sampling", a.sampling], 30)
     if a.device != "cpu" and not _passed(r.results, "parity_exact"):
-        # whether cuBLAS read its TF32 switch before qtts set it (docs/gpu.md, "Precision")
-        r.phase("parity_exact_env_preset", ["parity", str(gold), "--device", a.device, "--precision", "exact",
-                                            "--ops", a.ops], 30, env={"NVIDIA_TF32_OVERRIDE": "0"})
+        # where a difference comes from: the sampling in the frame graph, CUDA-graph capture, or
+        # ggml-cuda's op fusion
+        exact = ["parity", str(gold), "--device", a.device, "--precision", "exact", "--ops", a.ops]
+        r.phase("parity_exact_host_sampling", [*exact, "--sampling", "host"], 20)
+        r.phase("parity_exact_no_cuda_graphs", exact, 20, env={"GGML_CUDA_DISABLE_GRAPHS": "1"})
+        r.phase("parity_exact_no_fusion", exact, 20, env={"GGML_CUDA_DISABLE_FUSION": "1"})
     fr = str(a.frames)
     r.phase("speed_0.6B_bf16", ["speed", "0.6B-Base", "bf16", "--device", a.device, "-t", "4", "--frames", fr], 90)
     if a.device != "cpu":
@@ -475,7 +483,7 @@ def format_table(res: dict[str, Any]) -> str:
     lines = [f"# GPU check {res['started']}: {res.get('gpu')}, {res.get('cpus')} CPUs", ""]
     if "build" in res:
         lines.append(f"build: {res['build']}")
-    for prec in ("exact", "fast", "exact_env_preset"):
+    for prec in ("exact", "fast", "exact_host_sampling", "exact_no_cuda_graphs", "exact_no_fusion"):
         if f"parity_{prec}" not in ph:
             continue
         got = (ph.get(f"parity_{prec}") or {}).get("result")
@@ -489,7 +497,9 @@ def format_table(res: dict[str, Any]) -> str:
         for c in got["cases"]:
             req = ", ".join(f"{k}={v}" for k, v in c["request"].items())
             wav = "" if c["wav_max_abs"] is None else f"{c['wav_max_abs']:.2e}"
-            lines.append(f"| {c['model']} ({req}) | {c['codes_equal']} | {c['first_differing_frame']} | {wav} | "
+            at = "" if c["first_differing_frame"] is None else (f"{c['first_differing_frame']} "
+                                                                f"(group {c['first_differing_group']})")
+            lines.append(f"| {c['model']} ({req}) | {c['codes_equal']} | {at} | {wav} | "
                          f"{c['prefill_hidden_cosine']:.7f} / {c['prefill_hidden_max_abs']:.1e} | "
                          f"{c['logits_cosine_min']:.7f} | {c['logits_max_abs']:.2e} | {c['codec_snr_db']:.1f} |")
     lines += ["", "## Speed (100 frames unless said; ms per frame)", "",
@@ -531,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--work", default="/tmp/qtts-gpu-check")
     r.add_argument("--device", default="auto")
     r.add_argument("--ops", default="auto", help="the parity models' path (portable: what a GPU runs)")
+    r.add_argument("--sampling", choices=["default", "host", "device"], default="default",
+                   help="where the parity models' code predictor samples (device: what a GPU does)")
     r.add_argument("--no-build", action="store_true", help="use this environment's qtts (no CUDA build)")
     r.add_argument("--no-cuda-build", action="store_true", help="build ggml for the CPU only (tries the build here)")
     r.add_argument("--frames", type=int, default=100)
@@ -545,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--device", default="auto")
             p.add_argument("--precision", default="exact")
             p.add_argument("--ops", default="auto")
+            p.add_argument("--sampling", choices=["default", "host", "device"], default="default",
+                           help="where the code predictor samples: the host sampler, or in its frame graph "
+                                "(default: the device's choice, in the graph off the CPU)")
         if name in ("speed", "batch", "official"):
             p.add_argument("release")
             p.add_argument("--frames", type=int, default=100)
@@ -553,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--device", default="auto")
         if name == "batch":
             p.add_argument("--batches", default="1,8,32,64")
+        if name == "speed":
             p.add_argument("--precision", default="auto")
             p.add_argument("-t", "--threads", type=int, default=4)
     a = ap.parse_args(argv)
@@ -569,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "goldens":
         got = goldens(Path(a.dir))
     elif a.cmd == "parity":
-        got = parity(Path(a.dir), a.device, a.precision, a.ops)
+        got = parity(Path(a.dir), a.device, a.precision, a.ops, a.sampling)
     elif a.cmd == "speed":
         got = speed(a.release, a.type, a.device, a.threads, a.frames, a.precision)
     elif a.cmd == "batch":

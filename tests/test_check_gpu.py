@@ -1,6 +1,7 @@
 """The GPU check's CPU dry run (scripts/check_gpu.py, docs/gpu.md): the same goldens from the
 reference and the same parity checks, on this machine's CPU through the portable graphs a GPU
-runs, so the script a GPU machine gets once is known to work."""
+runs (the code predictor sampling in its frame graph, as there), so the script a GPU machine gets
+once is known to work."""
 from __future__ import annotations
 
 import json
@@ -14,8 +15,9 @@ REPO = Path(__file__).resolve().parent.parent
 def test_check_gpu_dry_run_on_the_cpu(fixture_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "check_gpu.py"), "run", "--device", "cpu",
-                        "--no-build", "--ops", "portable", "--out", str(out), "--work", str(tmp_path / "work"),
-                        "--phases", "info,goldens,parity_exact,parity_fast", "--budget-s", "600"],
+                        "--no-build", "--ops", "portable", "--sampling", "device", "--out", str(out),
+                        "--work", str(tmp_path / "work"), "--phases", "info,goldens,parity_exact,parity_fast",
+                        "--budget-s", "600"],
                        capture_output=True, text=True, timeout=900)
     res = json.loads((out / "check_gpu.json").read_text())
     assert p.returncode == 0, (out / "logs.txt").read_text()[-3000:]
