@@ -29,7 +29,7 @@ namespace {
 // input named kPredPos unless given.
 ggml_tensor * predictor_logits(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
                                const KvCache & cache, int step, int64_t lanes, int64_t lane_stride, ggml_tensor * code,
-                               ggml_tensor * hidden, ggml_tensor * pos) {
+                               ggml_tensor * hidden, ggml_tensor * pos, const char * rows_prefix) {
     ggml_tensor * x;
     if (step == 0) {
         // per lane the two positions [h, C(cb0)]
@@ -46,9 +46,21 @@ ggml_tensor * predictor_logits(ggml_context * ctx, ggml_cgraph * gf, const CodeP
     const int64_t n_all = x->ne[1], n = n_all / lanes;
     if (!pos) pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_all), kPredPos);
     const int n_past = step == 0 ? 0 : step + 1;
-    const KvWindow kv{&cache.k, &cache.v, n_past, n_past + n, lanes, lane_stride, cache.fused()};
+    KvWindow kv{&cache.k, &cache.v, n_past, n_past + n, lanes, lane_stride, cache.fused()};
     StackOptions o;
     o.prefix = "pred";
+    // A step after the prefill writes its key and value with set_rows and attends the lane's whole
+    // window under a mask, as the talker's step does (predictor_rows): the same shapes every step,
+    // and the form checked on CUDA, where the strided single-position writes were not.
+    KvStepGraph rows;
+    if (step > 0 && !cache.fused()) {
+        const int64_t window = lanes > 1 ? lane_stride : cache.n_ctx();
+        rows = kv_step_graph(ctx, c.tfm.hp, lanes, window, rows_prefix);
+        kv.n_past = 0;
+        kv.n_kv = window;
+        kv.rows = &rows.rows;
+        o.mask = rows.mask;
+    }
     o.kv = &kv;
     x = transformer_stack(ctx, gf, x, pos, c.tfm, o);
     // each lane's last position
@@ -76,6 +88,13 @@ void sample_op(ggml_tensor * dst, int ith, int, void * userdata) {
 
 }  // namespace
 
+KvStepInputs predictor_rows(const CodePredictor & c, const KvCache & cache, int step, int64_t lanes,
+                            int64_t lane_stride) {
+    const int64_t window = lanes > 1 ? lane_stride : cache.n_ctx();
+    return kv_step_inputs(c.tfm.hp, cache.n_ctx(), lanes > 1 ? lane_stride : cache.n_ctx(), window,
+                          std::vector<int32_t>(static_cast<size_t>(lanes), step + 1));
+}
+
 ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
                                    const KvCache & cache, int step) {
     return build_predictor_step_batch(ctx, gf, c, t, cache, step, 1, 0);
@@ -87,7 +106,7 @@ ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, c
     ggml_tensor * code = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, lanes), kPredCode);
     ggml_tensor * hidden = step == 0 ? input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), lanes), kPredHidden)
                                      : nullptr;
-    return predictor_logits(ctx, gf, c, t, cache, step, lanes, lane_stride, code, hidden, nullptr);
+    return predictor_logits(ctx, gf, c, t, cache, step, lanes, lane_stride, code, hidden, nullptr, "pred");
 }
 
 bool device_samples(const SamplingParams & p) { return !p.do_sample || p.top_p >= 1.0f; }
@@ -132,7 +151,8 @@ ggml_tensor * build_predictor_frame(ggml_context * ctx, ggml_cgraph * gf, const 
     for (int step = 0; step + 1 < t.n_code_groups; ++step) {
         ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, step == 0 ? 2 : 1);
         io.pos.push_back(input(pos, format("%s.%d", kPredPos, step).c_str()));
-        ggml_tensor * logits = predictor_logits(ctx, gf, c, t, cache, step, 1, 0, code, io.hidden, pos);
+        ggml_tensor * logits = predictor_logits(ctx, gf, c, t, cache, step, 1, 0, code, io.hidden, pos,
+                                                format("pred.%d", step).c_str());
         if (device) {
             ggml_tensor * u = io.uniform ? ggml_view_1d(ctx, io.uniform, 1, step * io.uniform->nb[0]) : nullptr;
             code = ggml_reshape_1d(ctx, sample_on_device(ctx, logits, *device, u), 1);

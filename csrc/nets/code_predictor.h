@@ -36,6 +36,12 @@ inline constexpr const char * kPredLogits = "pred.logits";      // output [vocab
 ggml_tensor * build_predictor_step(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
                                    const KvCache & cache, int step);
 
+// What a step after the prefill reads besides its code off the fused path: the rows its key and
+// value go to and its mask (runtime/transformer.h, KvStepInputs), to be set as
+// set_kv_step_inputs(gf, ..., "pred") in a step graph, "pred.<step>" in the frame graph.
+KvStepInputs predictor_rows(const CodePredictor & c, const KvCache & cache, int step, int64_t lanes = 1,
+                            int64_t lane_stride = 0);
+
 // The same step for `lanes` frames in lockstep (runtime/batch.cpp): kPredCode, kPredHidden and the
 // logits have one column per lane; lane b's cache positions start at b * lane_stride.
 ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c,

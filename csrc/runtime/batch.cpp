@@ -269,6 +269,9 @@ void Batch::predict(const std::vector<Slot *> & s) {
                 set_input(g, kPredCode, code);
                 set_input(g, kPredPos, pos);
                 if (step == 0) set_input(g, kPredHidden, hidden);
+                if (step > 0 && !pred_cache_.fused()) {
+                    set_kv_step_inputs(g, predictor_rows(m.code_predictor, pred_cache_, step, B, groups), "pred");
+                }
             });
         const std::vector<float> logits = read_tensor(gf, kPredLogits);
         const size_t vocab = logits.size() / B;

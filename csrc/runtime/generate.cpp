@@ -152,6 +152,12 @@ void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32
     }
     ggml_backend_tensor_set(f.io.hidden, hidden.data(), 0, ggml_nbytes(f.io.hidden));
     ggml_backend_tensor_set(f.io.code0, &codes[0], 0, sizeof(int32_t));
+    if (!pred_cache_.fused()) {  // the steps' cache rows and masks (the same every frame)
+        for (int step = 1; step + 1 < model_->talker.n_code_groups; ++step) {
+            set_kv_step_inputs(f.gf, predictor_rows(model_->code_predictor, pred_cache_, step),
+                               format("pred.%d", step).c_str());
+        }
+    }
     for (size_t step = 0; step < f.io.pos.size(); ++step) {
         const std::vector<int32_t> pos = step == 0 ? positions(0, 2) : positions(static_cast<int>(step) + 1, 1);
         ggml_backend_tensor_set(f.io.pos[step], pos.data(), 0, pos.size() * sizeof(int32_t));
@@ -188,6 +194,9 @@ void Session::predict_frame_steps(const std::vector<float> & hidden, std::vector
                 set_input(g, kPredCode, &code, sizeof(code));
                 set_input(g, kPredPos, pos);
                 if (step == 0) set_input(g, kPredHidden, hidden);
+                if (step > 0 && !pred_cache_.fused()) {
+                    set_kv_step_inputs(g, predictor_rows(model_->code_predictor, pred_cache_, step), "pred");
+                }
             });
         std::vector<float> logits = read_tensor(gf, kPredLogits);
         codes[step + 1] = select_token(logits, p, rng);
