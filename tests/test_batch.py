@@ -15,7 +15,7 @@ from qtts.errors import QttsError
 from qtts.runtime.config import GenerationConfig
 from qtts.runtime.engine import SessionHandle, native_params
 from qtts.runtime.prompt import Prompt, build_prompt, resolve_voice
-from qtts.runtime.scheduler import QueueFull, Scheduler, SchedulerClosed
+from qtts.runtime.scheduler import QueueFull, Scheduler, SchedulerClosed, default_limits
 
 TEXTS = ["Hello world, this is a tiny test.", "Short.", "A longer sentence, with a few more words than the others."]
 REF_TEXT = "The quick brown fox jumps."
@@ -370,3 +370,12 @@ def test_errors_reach_the_consumer(cv: qtts.Model, monkeypatch: pytest.MonkeyPat
         assert job.result(timeout=60).stop_reason == "max_new_tokens"
         t.join(60)
         assert other[0].codes.shape == (3, 16)
+
+
+def test_server_limits_follow_the_device(cv: qtts.Model) -> None:
+    assert cv.device == "CPU" and default_limits(cv) == (8, 32)
+
+    class OnGpu:
+        device = "CUDA0"
+
+    assert default_limits(OnGpu()) == (64, 256)  # type: ignore[arg-type]

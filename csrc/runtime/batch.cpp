@@ -17,6 +17,10 @@ namespace qtts {
 
 namespace {
 
+// Positions of a slot's lane written so far: the prompt and every talker step (one per frame
+// but the last, until that frame was fed).
+int64_t positions_used(const GenerationState & g) { return g.n_prompt + g.total.frames - (g.need_step ? 1 : 0); }
+
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
@@ -108,10 +112,14 @@ void Batch::reserve(int lanes, int64_t lane_len) {
     check_memory(session_.backend_, bytes, what.c_str());
     auto grown = std::make_unique<KvCache>();
     grown->reserve(session_.backend_, hp, static_cast<int>(positions), session_.fused_attention());
-    if (cache_ && !active().empty()) {
-        // every old lane into the new cache, one copy per layer and tensor
+    const std::vector<int> ids = active();
+    if (cache_ && !ids.empty()) {
+        // the positions in use of the lanes in use into the new cache, one copy per layer and
+        // tensor (what lies past them was never written, or is stale)
+        int64_t lo = 1;
+        for (int id : ids) lo = std::max(lo, positions_used(slots_[id]->g));
         const KvCache & old = *cache_;
-        const int64_t lo = lane_len_, so = lanes_, hd = hp.head_dim, nkv = hp.n_head_kv;
+        const int64_t so = ids.back() + 1, hd = hp.head_dim, nkv = hp.n_head_kv;
         const size_t es = sizeof(float);
         auto lanes_of = [&](ggml_context * ctx, ggml_tensor * c, int64_t len, bool v) {
             if (old.fused()) return ggml_view_4d(ctx, c, hd, lo, nkv, so, hd * es, c->nb[2], len * hd * es, 0);
@@ -124,7 +132,7 @@ void Batch::reserve(int lanes, int64_t lane_len) {
                 for (size_t il = 0; il < old.k.size(); ++il) {
                     for (bool v : {false, true}) {
                         ggml_tensor *from = (v ? old.v : old.k)[il], *to = (v ? grown->v : grown->k)[il];
-                        last = ggml_cpy(ctx, lanes_of(ctx, from, lo, v), lanes_of(ctx, to, lane_len, v));
+                        last = ggml_cpy(ctx, lanes_of(ctx, from, lane_len_, v), lanes_of(ctx, to, lane_len, v));
                         ggml_build_forward_expand(gf, last);
                     }
                 }
@@ -190,9 +198,9 @@ std::vector<SlotResult> Batch::step(int n_frames) {
     return out;
 }
 
-// One talker step over lanes 0..the highest slot in use: a slot that waits for nothing (a
-// fresh prefill's logits are pending) or a free one sits it out, writing its lane's last
-// position, which no generation reaches (Batch::add), and attending its first; its outputs are
+// One talker step over lanes 0..the highest slot in use. A slot with no frame to feed (its
+// prefill's logits are still to be sampled) sits it out: it writes its lane's last position,
+// which no generation reaches (Batch::add); so does a free lane, at its first. Their outputs are
 // dropped. Each slot's wall time is the whole batched step: what its request waited.
 void Batch::talker_step() {
     const Model & m = session_.model();
@@ -200,21 +208,23 @@ void Batch::talker_step() {
     const int lanes = ids.back() + 1, groups = m.talker.n_code_groups, d = m.talker.n_embd();
     std::vector<int32_t> codes(static_cast<size_t>(lanes) * groups, 0), pos(lanes), attend(lanes, -1);
     std::vector<float> text(static_cast<size_t>(lanes) * d, 0.0f);
-    int64_t used = 1;
+    int64_t widest = 1;
     for (int b = 0; b < lanes; ++b) {
-        pos[b] = static_cast<int32_t>(lane_len_ - 1);
         const Slot & s = *slots_[b];
+        // a free lane writes and attends its first position (nobody's), a waiting slot's its
+        // last (kv_step_inputs does the same with attend[b] = -1)
+        pos[b] = s.used ? static_cast<int32_t>(lane_len_ - 1) : 0;
         if (!s.used || !s.g.need_step) continue;
         const GenerationState & g = s.g;
-        const int n_past = g.n_prompt + g.total.frames - 1;
+        const int n_past = static_cast<int>(positions_used(g));
         if (n_past >= lane_len_ - 1) fail("batch step: position %d is outside the slot's cache", n_past);
         pos[b] = attend[b] = n_past;
-        used = std::max<int64_t>(used, n_past + 1);
+        widest = std::max<int64_t>(widest, n_past + 1);
         for (int gi = 0; gi < groups; ++gi) codes[static_cast<size_t>(gi) * lanes + b] = g.frame[gi];
         std::copy_n(session_.step_text(g), d, text.begin() + static_cast<size_t>(b) * d);
     }
     const KvCache & cache = *cache_;
-    const int64_t window = kv_window(used, lane_len_);
+    const int64_t window = kv_window(widest, lane_len_);
     KvStepInputs kv;
     if (!cache.fused()) kv = kv_step_inputs(m.talker.tfm.hp, cache.n_ctx(), lane_len_, window, attend);
     auto t0 = Clock::now();

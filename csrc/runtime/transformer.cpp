@@ -306,8 +306,10 @@ ggml_tensor * transformer_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tenso
             fail("%s: the V cache does not match the K cache", o.prefix);
         }
         const int64_t need = w.first + (w.lanes > 1 ? (w.lanes - 1) * w.lane_stride + w.n_kv : w.n_kv);
+        if (w.rows && (w.fused || n != w.lanes || !o.mask)) {
+            fail("%s: cache rows take one position per lane, a mask and a cache that is not fused", o.prefix);
+        }
         if (w.lanes < 1 || n % w.lanes != 0 || w.n_past + n / w.lanes > w.n_kv || need > n_ctx || w.first < 0 ||
-            (w.rows && (w.fused || n != w.lanes || !o.mask)) ||
             (w.lanes > 1 && w.lane_stride < w.n_kv)) {
             fail("%s: positions up to %lld are past the KV cache (%lld)", o.prefix,
                  static_cast<long long>(w.n_past + n / std::max<int64_t>(w.lanes, 1)), static_cast<long long>(n_ctx));

@@ -41,10 +41,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--port", type=_int_in("port", 0, 65535), default=8000, help="TCP port (default: 8000)")
     p.add_argument("--api-key", default=os.environ.get("QTTS_API_KEY"),
                    help="require Authorization: Bearer KEY on every route but /health (default: $QTTS_API_KEY)")
-    p.add_argument("--max-batch", type=_int_in("max-batch", 1, 4096), default=8,
-                   help="requests generated together (default: 8)")
-    p.add_argument("--max-queue", type=_int_in("max-queue", 0, 4096), default=32,
-                   help="requests waiting beyond --max-batch before the server answers 429 (default: 32)")
+    p.add_argument("--max-batch", type=_int_in("max-batch", 1, 256), default=None,
+                   help="requests generated together (default: 8 on the CPU, 64 on a GPU or other device)")
+    p.add_argument("--max-queue", type=_int_in("max-queue", 0, 4096), default=None,
+                   help="requests waiting beyond --max-batch before the server answers 429 (default: 4 times "
+                        "--max-batch)")
     p.add_argument("--voices", metavar="DIR", help="folder of saved voices (POST /v1/audio/voices); kept across "
                                                    "restarts (default: in memory only)")
     p.add_argument("--model-name", help="the model id clients send and /v1/models lists (default: the file name)")
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         from ..server import create_app
     except ImportError as e:
         raise ImportError(f"qtts-cli serve needs the server extra ({e}): pip install 'qtts[server]'") from None
-    from ..runtime.scheduler import Scheduler
+    from ..runtime.scheduler import QUEUE_PER_SLOT, Scheduler, default_limits
 
     if args.voices is not None and Path(args.voices).exists() and not Path(args.voices).is_dir():
         raise NotADirectoryError(f"--voices {args.voices}: not a folder")
@@ -94,7 +95,11 @@ def run(args: argparse.Namespace) -> int:
               "this address can use the server", file=sys.stderr)
     model = load_model(args, n_threads=args.threads, device=args.device, huge_pages=not args.no_huge_pages,
                        precision=args.precision)
-    scheduler = Scheduler(model, max_batch=args.max_batch, max_queue=args.max_queue)
+    max_batch = default_limits(model)[0] if args.max_batch is None else args.max_batch
+    max_queue = QUEUE_PER_SLOT * max_batch if args.max_queue is None else args.max_queue
+    scheduler = Scheduler(model, max_batch=max_batch, max_queue=max_queue)
+    if not args.quiet:
+        print(f"qtts-cli serve: {model.device}, max batch {max_batch}, max queue {max_queue}", file=sys.stderr)
     app = create_app(model, scheduler, model_id=_model_id(model, args), api_key=args.api_key,
                      voices_dir=args.voices)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",

@@ -31,6 +31,16 @@ if TYPE_CHECKING:
     from .model import Model
 
 MAX_BATCH = 256  # the native core's limit
+# Serving defaults (docs/serving.md, "Server"): on the CPU a frame's compute grows with B, so a few
+# slots; on an accelerator the batched step costs about what one sequence's does up to dozens.
+CPU_MAX_BATCH, DEVICE_MAX_BATCH, QUEUE_PER_SLOT = 8, 64, 4
+
+
+def default_limits(model: Model) -> tuple[int, int]:
+    """(max_batch, max_queue) for a server of `model` when none is given: by the device the
+    talker runs on."""
+    max_batch = CPU_MAX_BATCH if model.device.upper().startswith("CPU") else DEVICE_MAX_BATCH
+    return max_batch, QUEUE_PER_SLOT * max_batch
 # submit's request arguments (the rest are sampling settings) and their defaults, as Model.stream's
 _ARG_DEFAULTS: dict[str, Any] = dict(speaker=None, language="auto", instruct=None, voice=None, ref_audio=None,
                                      ref_text=None, x_vector_only_mode=False, seed=None, split_sentences="auto",
