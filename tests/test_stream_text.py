@@ -232,3 +232,49 @@ def test_final_text_ids_are_the_full_texts(models: dict[str, qtts.Model]) -> Non
             assert full[:len(ids)] == ids and ids[:len(settled)] == settled, (text, k)
             settled = ids
         assert settled == full
+
+
+_WRITER = """
+import sys, time
+for i, part in enumerate(sys.argv[1:]):
+    sys.stdout.write(part)
+    sys.stdout.flush()
+    time.sleep(0.05 if i < 3 else 0.005)
+"""
+
+
+def test_cli_text_stream(models: dict[str, qtts.Model], gguf_dir: Path, tmp_path: Path) -> None:
+    # a program that prints words without newlines, piped in: the audio equals
+    # stream(full text, non_streaming_mode=False); usage errors and undecodable input fail cleanly
+    import subprocess
+    import sys
+
+    from qtts.runtime.audio import pcm16
+
+    model = models["custom_voice"]
+    want = pcm16(_samples(list(model.stream(TEXT, speaker="ryan", seed=5, max_new_tokens=25,
+                                            non_streaming_mode=False))))
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, *_cuts(TEXT, "words")], stdout=subprocess.PIPE)
+    r = subprocess.run([sys.executable, "-m", "qtts.cli", "speak", "-m", str(gguf_dir / "tiny_custom_voice-f32.gguf"),
+                        "--speaker", "ryan", "-s", "5", "--max-new-tokens", "25", "--text-stream", "--raw", "-q",
+                        "-t", "2"], stdin=writer.stdout, capture_output=True, timeout=300)
+    writer.wait(10)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout == want
+    out = tmp_path / "a.wav"
+    r = subprocess.run([sys.executable, "-m", "qtts.cli", "speak", "-m", str(gguf_dir / "tiny_custom_voice-f32.gguf"),
+                        "--speaker", "ryan", "--text-stream", "-p", "hi"], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "--text-stream reads the text from stdin" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "qtts.cli", "speak", "-m", str(gguf_dir / "tiny_custom_voice-f32.gguf"),
+                        "--speaker", "ryan", "-s", "5", "--max-new-tokens", "25", "--text-stream", "-o", str(out)],
+                       input=TEXT.encode(), capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    import soundfile as sf
+
+    got, sr = sf.read(out, dtype="int16")  # the file writer rounds float samples its own way
+    assert sr == 24000 and len(got) * 2 == len(want)
+    np.testing.assert_allclose(got.astype(np.int32), np.frombuffer(want, dtype="<i2").astype(np.int32), atol=8)
+    r = subprocess.run([sys.executable, "-m", "qtts.cli", "speak", "-m", str(gguf_dir / "tiny_custom_voice-f32.gguf"),
+                        "--speaker", "ryan", "--text-stream", "--raw"], input=b"Hi \xff\xfe there.",
+                       capture_output=True, timeout=300)
+    assert r.returncode != 0 and b"stdin is not UTF-8" in r.stderr
