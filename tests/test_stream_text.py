@@ -108,6 +108,14 @@ def test_clones_equal_stream(models: dict[str, qtts.Model], x_vector_only: bool,
         _check_equal(base, text, how, 6, voice=voice, seed=4, max_new_tokens=20)
 
 
+def test_pipelined_vocoder_equals_stream(gguf_dir: Path) -> None:
+    # the vocoder on one of the two threads while the other generates: the same samples, and the
+    # chunk made before a wait for text is handed out before it
+    model = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, vocoder_threads=1, voice_cache=False)
+    _check_equal(model, TEXT, "words", 8, speaker="ryan", seed=6, max_new_tokens=30)
+    _check_equal(model, LONG, "random", 8, speaker="ryan", seed=6, max_new_tokens=10, split_sentences=40)
+
+
 def test_budget_grows_with_the_text(models: dict[str, qtts.Model]) -> None:
     # frame_budget "auto" is 128 frames plus 1.4 per character: a runaway run that reaches it
     # must stop where the whole text's budget stops it, the talker cache grown on the way
