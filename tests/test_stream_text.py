@@ -275,7 +275,7 @@ def test_cli_text_stream(models: dict[str, qtts.Model], gguf_dir: Path, tmp_path
     assert r.returncode != 0 and "--text-stream reads the text from stdin" in r.stderr
     r = subprocess.run([sys.executable, "-m", "qtts.cli", "speak", "-m", str(gguf_dir / "tiny_custom_voice-f32.gguf"),
                         "--speaker", "ryan", "-s", "5", "--max-new-tokens", "25", "--text-stream", "-o", str(out)],
-                       input=TEXT.encode(), capture_output=True, timeout=300)
+                       input=("\ufeff\n  " + TEXT).encode(), capture_output=True, timeout=300)
     assert r.returncode == 0, r.stderr.decode()
     import soundfile as sf
 

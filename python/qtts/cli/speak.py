@@ -56,18 +56,20 @@ def _read_text(args: argparse.Namespace) -> str:
 
 def _stdin_fragments() -> Iterator[str]:
     """stdin as it arrives (whatever each read returns, not line by line), decoded as UTF-8
-    across the reads' boundaries: --text-stream's source."""
+    across the reads' boundaries, a BOM and leading whitespace dropped (as -p's text is
+    stripped): --text-stream's source."""
     fd = sys.stdin.fileno()
     decoder = codecs.getincrementaldecoder("utf-8")()
-    first = True
+    started = False
     while True:
         data = os.read(fd, 1 << 16)
         try:
             text = decoder.decode(data, final=not data)
         except UnicodeDecodeError as e:
             raise CliError(f"stdin is not UTF-8 text ({e.reason} at byte {e.start} of a read)") from None
-        if first and text:
-            text, first = text.removeprefix("\ufeff"), False
+        if not started:
+            text = text.lstrip("\ufeff").lstrip()
+            started = bool(text)
         if text:
             yield text
         if not data:
