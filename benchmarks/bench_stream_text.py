@@ -1,8 +1,8 @@
 """Text streamed in: how soon speech starts, and whether it keeps up, when the text arrives as an
 LLM writes it (docs/model.md, "Text streamed in").
 
-A ~60-word text is cut into the model tokenizer's tokens (an LLM's deltas look like them) and
-replayed at a fixed rate. Three ways to speak it, on the same model, voice and seed:
+A ~60-word text is cut as an LLM streams it (a word with its leading space, punctuation apart)
+and replayed at a fixed rate. Three ways to speak it, on the same model, voice and seed:
 
 * stream: Model.stream(whole text), the text all there at once (the floor);
 * stream_text: Model.stream_text over the deltas as they arrive;
@@ -47,17 +47,10 @@ class Run:
     gap_max_ms: float
 
 
-def deltas(model, text: str) -> list[str]:
-    """The text as the model's tokens, decoded one by one (byte-level pieces joined when a token
-    ends inside a character)."""
-    out: list[str] = []
-    pending: list[int] = []
-    for i in model.tokenizer.encode(text):
-        pending.append(i)
-        piece = model.tokenizer.decode(pending)
-        if "\ufffd" not in piece:
-            out.append(piece)
-            pending = []
+def deltas(text: str) -> list[str]:
+    """The text as an LLM streams it: each word with the space before it, punctuation apart (about
+    the Qwen tokenizer's cut of English; the random models' stand-in vocabulary cuts finer)."""
+    out = re.findall(r" ?\w+|[^\w\s]+|\s+", text)
     assert "".join(out) == text
     return out
 
@@ -125,39 +118,39 @@ def main() -> None:
         kw["speaker"] = model.speakers[0]
     else:
         kw["instruct"] = "A clear voice."
-    parts = deltas(model, TEXT)
+    parts = deltas(TEXT)
     k_word = first_word_index(parts)
     ends = [k for k, p in enumerate(parts) if re.search(r"[.!?]\s*$", p)] + [len(parts) - 1]
     list(model.stream("Warm up.", non_streaming_mode=False, **{**kw, "min_new_tokens": 4, "max_new_tokens": 5}))
 
+    if not a.json:
+        print(f"{os.path.basename(path)} ({model.variant}), {a.threads} threads, vocoder threads "
+              f"{a.vocoder_threads}; {len(TEXT.split())} words as {len(parts)} deltas at {a.rate:g}/s (text done "
+              f"at {len(parts) / a.rate:.2f} s; first word complete at {(k_word + 1) / a.rate:.3f} s); "
+              f"{a.frames} frames")
+        print(f"{'':12} {'first audio s':>14} {'word->audio ms':>15} {'gaps':>5} {'gap total ms':>13} "
+              f"{'gap max ms':>11} {'done s':>7} {'load':>5}", flush=True)
     results: dict[str, list[Run]] = {"stream": [], "stream_text": [], "sentences": []}
     for _ in range(a.repeats):
-        t0 = time.perf_counter()
-        results["stream"].append(measure(model.stream(TEXT, non_streaming_mode=False, **kw), t0, 0.0, 0.0,
-                                         model.sample_rate))
-        for name, release in (("stream_text", None), ("sentences", set(ends))):
+        for name in results:
             t0 = time.perf_counter()
-            run = measure(model.stream_text(replay(parts, a.rate, t0, release), **kw), t0,
-                          (k_word + 1) / a.rate, len(parts) / a.rate, model.sample_rate)
-            results[name].append(run)
-    load = os.getloadavg()
-    report = {"model": path, "variant": model.variant, "threads": a.threads, "vocoder_threads": a.vocoder_threads,
-              "rate": a.rate, "deltas": len(parts), "words": len(TEXT.split()), "frames": a.frames,
-              "loadavg": load, "runs": {k: [asdict(r) for r in v] for k, v in results.items()}}
+            if name == "stream":
+                chunks = model.stream(TEXT, non_streaming_mode=False, **kw)
+            else:
+                release = None if name == "stream_text" else set(ends)
+                chunks = model.stream_text(replay(parts, a.rate, t0, release), **kw)
+            r = measure(chunks, t0, 0.0 if name == "stream" else (k_word + 1) / a.rate, len(parts) / a.rate,
+                        model.sample_rate)
+            results[name].append(r)
+            if not a.json:
+                w2a = "-" if name == "stream" else f"{r.word_to_audio_ms:.0f}"
+                print(f"{name:12} {r.first_audio_s:14.3f} {w2a:>15} {r.gaps:5d} {r.gap_total_ms:13.0f} "
+                      f"{r.gap_max_ms:11.0f} {r.done_s:7.2f} {os.getloadavg()[0]:5.2f}", flush=True)
     if a.json:
-        print(json.dumps(report, indent=2))
-        return
-    print(f"{os.path.basename(path)} ({model.variant}), {a.threads} threads, vocoder threads {a.vocoder_threads}; "
-          f"{len(TEXT.split())} words as {len(parts)} deltas at {a.rate:g}/s (text done at "
-          f"{len(parts) / a.rate:.2f} s; first word complete at {(k_word + 1) / a.rate:.3f} s); "
-          f"{a.frames} frames; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"{'':12} {'first audio s':>14} {'word->audio ms':>15} {'gaps':>5} {'gap total ms':>13} "
-          f"{'gap max ms':>11} {'done s':>7}")
-    for name, runs in results.items():
-        for r in runs:
-            w2a = "-" if name == "stream" else f"{r.word_to_audio_ms:.0f}"
-            print(f"{name:12} {r.first_audio_s:14.3f} {w2a:>15} {r.gaps:5d} {r.gap_total_ms:13.0f} "
-                  f"{r.gap_max_ms:11.0f} {r.done_s:7.2f}")
+        print(json.dumps({"model": path, "variant": model.variant, "threads": a.threads,
+                          "vocoder_threads": a.vocoder_threads, "rate": a.rate, "deltas": len(parts),
+                          "words": len(TEXT.split()), "frames": a.frames, "loadavg": os.getloadavg(),
+                          "runs": {k: [asdict(r) for r in v] for k, v in results.items()}}, indent=2))
 
 
 if __name__ == "__main__":
