@@ -210,7 +210,8 @@ def test_bad_input(models: dict[str, qtts.Model]) -> None:
 @pytest.mark.parametrize("mode", ["auto", True, False, 7, 15, 30])
 def test_known_pieces_never_take_back(mode: object) -> None:
     rng = random.Random(str(mode))
-    words = ["Hello", "world", "a", "bb,", "c.", "dd!", "yes;", "no:", "longlonglong", "\n", "é", "你好。", "好，"]
+    words = ["Hello", "world", "a", "bb,", "c.", "dd!", "yes;", "no:", "longlonglong", "\n", "é", "你好。",
+             "好，"]
     for _ in range(300):
         text = "".join(rng.choice(words) + rng.choice([" ", " ", "  ", "", "\n", " \t"])
                        for _ in range(rng.randint(1, 40)))

@@ -56,15 +56,11 @@ def merge_units(units: list[str], max_chars: int) -> list[str]:
     merged: list[str] = []
     for p in units:
         if merged and len(merged[-1]) + 1 + len(p) <= max_chars:
-            merged[-1] = merged[-1] + joiner(merged[-1]) + p
+            joiner = "" if _is_cjk_end(merged[-1]) else " "
+            merged[-1] = merged[-1] + joiner + p
         else:
             merged.append(p)
     return merged
-
-
-def joiner(piece: str) -> str:
-    """What joins a unit to the piece before it: nothing after CJK, else a space."""
-    return "" if _is_cjk_end(piece) else " "
 
 
 def _split_long(sentence: str, max_chars: int) -> list[str]:

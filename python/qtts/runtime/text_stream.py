@@ -18,7 +18,7 @@ import threading
 import unicodedata
 from dataclasses import dataclass
 
-from .text import (_CLAUSE_END, _SENTENCE_END, SPLIT_ABOVE_CHARS, SplitSentences, _split_long, cut_clause, joiner,
+from .text import (_CLAUSE_END, _SENTENCE_END, SPLIT_ABOVE_CHARS, SplitSentences, _split_long, cut_clause,
                    merge_units, text_pieces)
 from .tokenizer import QWEN2_REGEX, Tokenizer
 
