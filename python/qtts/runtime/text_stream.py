@@ -117,13 +117,24 @@ def _pre_tokens(text: str) -> list[tuple[int, int]]:
 
 def _stable_length(text: str) -> int:
     """Characters of NFC-normalized `text` that no appended text can change: those before its
-    last character that is a starter no combining mark or jamo composes into a previous one."""
+    last character that is a starter no combining mark or jamo composes into a previous one, and
+    that character too when nothing composes with it (docs/model.md, "Text streamed in")."""
     for i in range(len(text) - 1, -1, -1):
         ch = text[i]
         if unicodedata.combining(ch) == 0 and not unicodedata.category(ch).startswith("M") \
                 and not 0x1100 <= ord(ch) <= 0x11FF:
-            return i
+            return i + 1 if _closed(ch) else i
     return 0
+
+
+def _closed(ch: str) -> bool:
+    """No canonical composition starts with `ch`: ASCII other than letters and < = > (which take
+    U+0338), CJK ideographs and punctuation, fullwidth forms. Kana take voicing marks, Hangul
+    syllables trailing jamo, Latin letters accents: they are not."""
+    o = ord(ch)
+    if o < 0x80:
+        return not ch.isalpha() and ch not in "<=>"
+    return 0x4E00 <= o <= 0x9FFF or 0x3000 <= o <= 0x303F or 0xFF00 <= o <= 0xFFEF
 
 
 def final_text_ids(tok: Tokenizer, text: str, complete: bool) -> list[int]:
