@@ -90,17 +90,26 @@ py::tuple generate(Session & s, const FloatRows & prompt, const FloatRows & trai
     return out;
 }
 
-void generate_begin(Session & s, const FloatRows & prompt, const FloatRows & trailing, const GenerateParams & gp) {
+void generate_begin(Session & s, const FloatRows & prompt, const FloatRows & trailing, const GenerateParams & gp,
+                    bool text_open) {
     const int d = s.model().talker.n_embd();
     int n_prompt = 0, n_trailing = 0;
     std::vector<float> p = rows(prompt, d, "prompt", &n_prompt), t = rows(trailing, d, "trailing", &n_trailing);
     py::gil_scoped_release release;
-    s.generate_begin(p, n_prompt, t, n_trailing, gp);
+    s.generate_begin(p, n_prompt, t, n_trailing, gp, text_open);
 }
 
 py::tuple generate_next(Session & s, int n_frames) {
     GenerateResult r = interruptible([&](const std::function<bool()> & stop) { return s.generate_next(n_frames, stop); });
-    return generate_result(s, r);
+    py::tuple out = generate_result(s, r);
+    out[2].cast<py::dict>()["needs_text"] = r.needs_text;
+    return out;
+}
+
+void generate_append(Session & s, const FloatRows & rows_in, bool text_final, int frame_budget) {
+    int n = 0;
+    std::vector<float> r = rows(rows_in, s.model().talker.n_embd(), "text rows", &n);
+    s.generate_append(r, n, text_final, frame_budget);
 }
 
 // Codes [n, n_quantizers] in, samples out, through one of the session's codec entry points.
@@ -256,7 +265,12 @@ void bind_session(py::module_ & m) {
         .def("cancel", &Session::cancel, "Stop a generation in progress after the current frame (any thread).")
         .def("generate", &generate, py::arg("prompt"), py::arg("trailing"), py::arg("params"))
         .def("generate_begin", &generate_begin, py::arg("prompt"), py::arg("trailing"), py::arg("params"),
-             "Start a stepwise generation: validate, size the cache, prefill.")
+             py::arg("text_open") = false,
+             "Start a stepwise generation: validate, size the cache, prefill; text_open: the trailing text "
+             "is streamed in with generate_append.")
+        .def("generate_append", &generate_append, py::arg("rows"), py::arg("text_final"), py::arg("frame_budget"),
+             "Streamed text: more trailing rows [n, D], whether the text is complete (its EOS row included) "
+             "and the frame budget of the text so far (0: none).")
         .def("generate_next", &generate_next, py::arg("n_frames"),
              "Up to n_frames more frames: (codes [n, groups], stop reason or None while running, timing totals).");
 }

@@ -228,11 +228,10 @@ void Session::init_generation(GenerationState & g, const std::vector<float> & pr
     g.frame.resize(groups);
     // Positions used: the prompt, then one per fed frame (at most max_new_tokens - 1, and at most
     // the budget): the cache is sized to this request, not to a fixed maximum.
-    int max_fed = p.max_new_tokens - 1;
-    if (p.frame_budget > 0) max_fed = std::min(max_fed, p.frame_budget);
+    g.max_fed = max_fed(p);
     if (first < 0) {
         // whole buckets of positions where the step attends a masked window (kv_window)
-        int64_t n_ctx = int64_t{n_prompt} + std::max(max_fed, 1);
+        int64_t n_ctx = int64_t{n_prompt} + std::max(g.max_fed, 1);
         if (!fused_attention()) n_ctx = (n_ctx + kKvBucket - 1) / kKvBucket * kKvBucket;
         n_ctx = std::min<int64_t>(n_ctx, std::numeric_limits<int>::max());
         cache.reserve(backend_, m.talker.tfm.hp, static_cast<int>(n_ctx), fused_attention());
@@ -244,12 +243,13 @@ void Session::init_generation(GenerationState & g, const std::vector<float> & pr
 }
 
 void Session::generate_begin(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
-                             int n_trailing, const GenerateParams & p) {
+                             int n_trailing, const GenerateParams & p, bool text_open) {
     if (gen_ && gen_->total.stop_reason.empty()) end_generation(*gen_);  // abandoned, as a closed stream
     gen_.reset();
     auto g = std::make_unique<GenerationState>();
     cancel_.store(false);
     init_generation(*g, prompt, n_prompt, trailing, n_trailing, p, talker_cache_);
+    g->text_open = text_open;
     pred_cache_.reserve(backend_, model_->code_predictor.tfm.hp, model_->talker.n_code_groups, fused_attention());
     gen_ = std::move(g);
 }
@@ -285,7 +285,17 @@ GenerateResult Session::generate_next(int n_frames, const std::function<bool()> 
     GenerationState & g = *gen_;
     GenerateResult chunk;
     while (g.total.stop_reason.empty() && chunk.frames < n_frames) {
+        // Streamed text: wait (return) before a step whose text row has not come, and before the
+        // budget's frame while the budget can still grow (docs/model.md, "Text streamed in").
+        const bool row_missing = g.need_step && g.total.frames - 1 >= g.n_trailing;
+        const bool budget_open = g.p.frame_budget > 0 && g.total.frames >= g.p.frame_budget;
+        if (g.text_open && (row_missing || budget_open)) {
+            chunk.needs_text = true;
+            break;
+        }
         if (g.need_step) {
+            const int pos = g.n_prompt + g.total.frames - 1;
+            if (pos >= talker_cache_.n_ctx()) grow_talker_cache(std::max(g.n_prompt + g.max_fed, pos + 1));
             auto t0 = Clock::now();
             g.out = talker_step(g.frame, step_text(g), g.n_prompt + g.total.frames - 1);
             g.total.talker_ms += ms_since(t0);
@@ -306,6 +316,67 @@ GenerateResult Session::generate_next(int n_frames, const std::function<bool()> 
     chunk.talker_ms = g.total.talker_ms;
     chunk.predictor_ms = g.total.predictor_ms;
     return chunk;
+}
+
+void Session::generate_append(const std::vector<float> & rows, int n, bool text_final, int frame_budget) {
+    if (!gen_ || !gen_->total.stop_reason.empty()) fail("no generation in progress (call generate_begin first)");
+    GenerationState & g = *gen_;
+    if (!g.text_open) fail("generate_append: this generation's text is complete");
+    const size_t d = static_cast<size_t>(model_->talker.n_embd());
+    if (n < 0 || rows.size() != static_cast<size_t>(n) * d) {
+        fail("generate_append: expected [%d, %zu] values, got %zu", n, d, rows.size());
+    }
+    if (frame_budget < g.p.frame_budget || (g.p.frame_budget == 0 && frame_budget != 0)) {
+        fail("generate_append: the frame budget may only grow (%d -> %d)", g.p.frame_budget, frame_budget);
+    }
+    g.trailing.insert(g.trailing.end(), rows.begin(), rows.end());
+    g.n_trailing += n;
+    g.p.frame_budget = frame_budget;
+    g.max_fed = max_fed(g.p);
+    g.text_open = !text_final;
+}
+
+int Session::max_fed(const GenerateParams & p) {
+    const int most = p.max_new_tokens - 1;
+    return p.frame_budget > 0 ? std::min(most, p.frame_budget) : most;
+}
+
+void Session::grow_talker_cache(int n_ctx) {
+    // Every layer's tensors are read out, the cache reallocated and the old contents written back
+    // into the same indices: the axis that grew is the positions', whatever the layout.
+    struct Saved {
+        std::vector<uint8_t> data;
+        int64_t ne[4];
+        size_t nb[4];
+    };
+    std::vector<Saved> saved;
+    for (size_t il = 0; il < talker_cache_.k.size(); ++il) {
+        for (ggml_tensor * t : {talker_cache_.k[il], talker_cache_.v[il]}) {
+            Saved s{std::vector<uint8_t>(ggml_nbytes(t)), {}, {}};
+            ggml_backend_tensor_get(t, s.data.data(), 0, s.data.size());
+            std::copy(t->ne, t->ne + 4, s.ne);
+            std::copy(t->nb, t->nb + 4, s.nb);
+            saved.push_back(std::move(s));
+        }
+    }
+    // whole buckets where the step attends a masked window (kv_window), as init_generation sizes it
+    int64_t want = n_ctx;
+    if (!fused_attention()) want = std::min<int64_t>((want + kKvBucket - 1) / kKvBucket * kKvBucket, INT32_MAX);
+    talker_cache_.reserve(backend_, model_->talker.tfm.hp, static_cast<int>(want), fused_attention());
+    size_t j = 0;
+    for (size_t il = 0; il < talker_cache_.k.size(); ++il) {
+        for (ggml_tensor * t : {talker_cache_.k[il], talker_cache_.v[il]}) {
+            const Saved & s = saved[j++];
+            for (int64_t i3 = 0; i3 < s.ne[3]; ++i3) {
+                for (int64_t i2 = 0; i2 < s.ne[2]; ++i2) {
+                    for (int64_t i1 = 0; i1 < s.ne[1]; ++i1) {
+                        ggml_backend_tensor_set(t, s.data.data() + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3],
+                                                i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3], s.ne[0] * s.nb[0]);
+                    }
+                }
+            }
+        }
+    }
 }
 
 void Session::end_generation(const GenerationState & g) {

@@ -38,6 +38,7 @@ struct GenerateResult {
     std::vector<int32_t> codes;  // [frames, n_code_groups] row-major
     int frames = 0;
     std::string stop_reason;     // "eos", "max_new_tokens", "budget" or "cancelled"
+    bool needs_text = false;     // stopped early, unended, to wait for streamed text (generate_append)
     double prefill_ms = 0.0, talker_ms = 0.0, predictor_ms = 0.0;  // totals over the frames
 };
 
@@ -56,6 +57,10 @@ struct GenerationState {
     std::vector<int32_t> history, frame;
     TalkerOutput out;
     bool need_step = false;  // the last emitted frame has not been fed to the talker yet
+    // Text streamed in (Session::generate_append): the trailing rows so far are not all of them,
+    // and the frame budget is the text's so far: the loop waits where it would need more.
+    bool text_open = false;
+    int max_fed = 0;         // frames the talker cache may have to hold (the cache grows to it)
     GenerateResult total;    // frames, stop reason and timings so far (codes stay empty)
 };
 

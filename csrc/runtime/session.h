@@ -66,9 +66,13 @@ public:
     // next(n) runs up to n_frames frames and returns their codes; the returned stop_reason is set
     // once the generation ended, and the timings are totals so far. should_stop is polled once
     // per frame (for Ctrl-C); returning true cancels the generation.
+    // text_open: the trailing text is streamed in: generate_next returns early with needs_text
+    // where it needs a row not appended yet (or, with a frame budget, the budget's frame), and
+    // generate_append adds rows, the grown budget and, with text_final, the end of the text.
     void generate_begin(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
-                        int n_trailing, const GenerateParams & p);
+                        int n_trailing, const GenerateParams & p, bool text_open = false);
     GenerateResult generate_next(int n_frames, const std::function<bool()> & should_stop);
+    void generate_append(const std::vector<float> & rows, int n, bool text_final, int frame_budget);
 
     // Where the code predictor's steps sample (docs/kernels.md, "Sampling on the device"): in
     // the frame graph on the device (the default off the CPU) or by the host sampler (the CPU's
@@ -151,6 +155,11 @@ private:
     const float * step_text(const GenerationState & g) const;
     TalkerOutput talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx,
                                 int64_t first = 0);
+    // Frames the talker cache holds for a generation: at most max_new_tokens - 1, and the budget.
+    static int max_fed(const GenerateParams & p);
+    // Reallocate the talker cache for n_ctx positions, keeping its contents (streamed text's
+    // budget grows with the text).
+    void grow_talker_cache(int n_ctx);
     // A generation stopped (or was abandoned): give back what an outsized one grew.
     void end_generation(const GenerationState & g);
 

@@ -3,6 +3,7 @@ line (--output-dir), or raw PCM streamed to stdout (--raw); with the voice and s
 from __future__ import annotations
 
 import argparse
+import codecs
 import dataclasses
 import io
 import json
@@ -11,6 +12,7 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .args import CliError, decode_text, frame_budget
@@ -50,6 +52,37 @@ def _read_text(args: argparse.Namespace) -> str:
     if args.file is None and (sys.stdin is None or sys.stdin.isatty()):
         raise CliError("no text: pass -p TEXT, -f FILE or pipe text on stdin")
     return decode_text(sys.stdin.buffer.read(), "stdin")
+
+
+def _stdin_fragments() -> Iterator[str]:
+    """stdin as it arrives (whatever each read returns, not line by line), decoded as UTF-8
+    across the reads' boundaries, a BOM and leading whitespace dropped (as -p's text is
+    stripped): --text-stream's source."""
+    fd = sys.stdin.fileno()
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    started = False
+    while True:
+        data = os.read(fd, 1 << 16)
+        try:
+            text = decoder.decode(data, final=not data)
+        except UnicodeDecodeError as e:
+            raise CliError(f"stdin is not UTF-8 text ({e.reason} at byte {e.start} of a read)") from None
+        if not started:
+            text = text.lstrip("\ufeff").lstrip()
+            started = bool(text)
+        if text:
+            yield text
+        if not data:
+            return
+
+
+def _check_text_stream(args: argparse.Namespace) -> None:
+    if args.prompt is not None or (args.file is not None and args.file != "-"):
+        raise CliError("--text-stream reads the text from stdin: drop -p/-f")
+    if args.output_dir is not None:
+        raise CliError("--text-stream writes one output: drop --output-dir")
+    if sys.stdin is None or sys.stdin.isatty():
+        raise CliError("--text-stream needs text piped on stdin")
 
 
 def _check_output(path: str) -> None:
@@ -97,17 +130,28 @@ def _synth(model: Any, text: str, kw: dict[str, Any], show: bool) -> tuple[Any, 
     return audio.samples, audio.stop_reason, audio.timings
 
 
-def _stream_raw(model: Any, text: str, kw: dict[str, Any], args: argparse.Namespace) -> tuple[None, str, Any]:
-    """Stream s16le PCM to stdout as it is generated: (None, stop_reason, timings)."""
+def _stream_raw(model: Any, text: str | None, kw: dict[str, Any], args: argparse.Namespace
+                ) -> tuple[Any, str, Any]:
+    """Stream s16le PCM to stdout as it is generated (--raw), or collect the samples:
+    (samples or None, stop_reason, timings). text None: --text-stream, stdin as it arrives."""
+    import numpy as np
+
     from ..runtime.audio import Timings, pcm16
     from ..runtime.speech import Progress
 
     timings, out, frames, n, reason = Timings(), sys.stdout.buffer, 0, 0, "eos"
     t0 = time.perf_counter()
-    chunks = model.stream(text, timings=timings, **kw)
+    if text is None:
+        chunks = model.stream_text(_stdin_fragments(), timings=timings, **kw)
+    else:
+        chunks = model.stream(text, timings=timings, **kw)
+    parts = []
     with generation_bar(_progress(args)) as progress:
         try:
             for chunk in chunks:
+                if not args.raw:
+                    parts.append(chunk.samples)
+                    continue
                 out.write(pcm16(chunk.samples))
                 out.flush()
                 frames, n = frames + len(chunk.codes), n + len(chunk.samples)
@@ -116,7 +160,7 @@ def _stream_raw(model: Any, text: str, kw: dict[str, Any], args: argparse.Namesp
                     progress(Progress(frames, 0, 0, 1, n / model.sample_rate, time.perf_counter() - t0))
         finally:
             chunks.close()
-    return None, reason, timings
+    return (None if args.raw else np.concatenate(parts)), reason, timings
 
 
 def _write(samples: Any, sample_rate: int, dest: str) -> None:
@@ -144,14 +188,19 @@ def _voice_report(args: argparse.Namespace, voice: Voice | None, clone: CloneTim
 
 
 def run(args: argparse.Namespace) -> int:
-    text = _read_text(args)
-    if args.output_dir is not None:
+    jobs: list[str | None]
+    if args.text_stream:  # one job, its text read while it is spoken
+        _check_text_stream(args)
+        jobs, dests = [None], ["-" if args.raw else args.output]
+    elif args.output_dir is not None:
+        text = _read_text(args)
         jobs = [line.strip() for line in text.splitlines() if line.strip()]
         if not jobs:
             raise CliError("no text: the input has no non-empty lines")
         width = max(3, len(str(len(jobs))))
         dests = [str(Path(args.output_dir) / f"{i:0{width}d}.wav") for i in range(1, len(jobs) + 1)]
     else:
+        text = _read_text(args)
         if not text.strip():
             raise CliError("no text: the input is empty")
         jobs, dests = [text.strip()], ["-" if args.raw else args.output]
@@ -191,8 +240,10 @@ def run(args: argparse.Namespace) -> int:
               f"  ... | aplay -f S16_LE -r {sr} -c 1", file=sys.stderr)
     outputs = []
     for i, (job, dest) in enumerate(zip(jobs, dests)):
-        if args.raw:
+        if args.raw or args.text_stream:
             samples, reason, timings = _stream_raw(model, job, kw, args)
+            if not args.raw:
+                _write(samples, sr, dest)
         else:
             samples, reason, timings = _synth(model, job, kw, _progress(args))
             _write(samples, sr, dest)
@@ -273,6 +324,9 @@ def add_parser(sub: Any) -> None:
     dst.add_argument("--output-dir", help="one WAV per non-empty input line: DIR/001.wav, 002.wav ...")
     dst.add_argument("--raw", action="store_true",
                      help="stream raw s16le mono PCM to stdout while generating (pipe into ffplay/aplay)")
+    s.add_argument("--text-stream", action="store_true",
+                   help="read stdin as it arrives and start speaking while the text is still being written "
+                        "(e.g. an LLM client's output piped in); with --raw the audio streams out too")
     _add_voice_arguments(s)
     add_sampling_arguments(s)
     r = s.add_argument_group("runtime and reporting")

@@ -385,13 +385,21 @@ class SessionHandle:
         """A whole piece's generation in one native call."""
         return self.native.generate(embeddings, trailing, native_params(config))
 
-    def generate_begin(self, embeddings: np.ndarray, trailing: np.ndarray, config: GenerationConfig) -> None:
-        """Prefill a piece's prompt; generate_next then steps the loop."""
-        self.native.generate_begin(embeddings, trailing, native_params(config))
+    def generate_begin(self, embeddings: np.ndarray, trailing: np.ndarray, config: GenerationConfig,
+                       text_open: bool = False) -> None:
+        """Prefill a piece's prompt; generate_next then steps the loop. text_open: the trailing
+        text is streamed in with generate_append (docs/model.md, "Text streamed in")."""
+        self.native.generate_begin(embeddings, trailing, native_params(config), text_open)
 
     def generate_next(self, n_frames: int) -> Generated:
-        """Up to `n_frames` more frames; the stop reason is None while the generation goes on."""
+        """Up to `n_frames` more frames; the stop reason is None while the generation goes on
+        (the timings' "needs_text": it waits for generate_append)."""
         return self.native.generate_next(n_frames)
+
+    def generate_append(self, rows: np.ndarray, text_final: bool, config: GenerationConfig) -> None:
+        """Streamed text: more trailing rows, whether they end the text (EOS included), and the
+        config of the piece's text so far (its frame budget)."""
+        self.native.generate_append(rows, text_final, native_params(config).frame_budget)
 
     # batched generation (Engine.batch)
     def batch_add(self, batch: Batch, embeddings: np.ndarray, trailing: np.ndarray, config: GenerationConfig) -> int:

@@ -2,14 +2,16 @@
 the tokenizer."""
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any
 from pathlib import Path
 
 import numpy as np
 
-from . import speech
+from . import speech, speech_text
 from .audio import Audio, AudioChunk, Timings
 from . import cloning
 from .compat import QwenTTSCompat
@@ -18,6 +20,7 @@ from .engine import Engine, read_tokenizer
 from .pipeline import ThreadSplit, check_vocoder_threads
 from .generation import GenerationResult, check_text, per_frame_timings
 from .text import SplitSentences
+from .text_stream import TextFeed
 from ..threads import resolve_threads
 from .tokenizer import Tokenizer, TokenizerData
 from .voice import Voice, VoiceCache, model_fingerprint
@@ -115,6 +118,7 @@ class Model(QwenTTSCompat):
 
             voice_cache = cache_dir() / "voices"
         self.voice_cache = VoiceCache(voice_cache) if voice_cache else None
+        self._feeds: set[TextFeed] = set()  # streamed texts being read, woken by cancel()
 
     @property
     def variant(self) -> str:
@@ -341,6 +345,117 @@ class Model(QwenTTSCompat):
 
         return chunks()
 
+    def stream_text(self, chunks: Iterable[str], *, speaker: str | None = None, language: str = "auto",
+                    instruct: str | None = None, voice: Voice | None = None,
+                    ref_audio: cloning.AudioSource | np.ndarray | None = None, ref_text: str | None = None,
+                    x_vector_only_mode: bool = False, seed: int | None = None,
+                    split_sentences: SplitSentences = "auto", frame_budget: int | str | None = "auto",
+                    non_streaming_mode: bool | None = False, first_chunk_frames: int = 1,
+                    max_chunk_frames: int = 8, timings: Timings | None = None,
+                    **sampling: Any) -> Iterator[AudioChunk]:
+        """stream() for text that is still being written: `chunks` gives fragments of any size
+        (single characters, an LLM's deltas), read in a background thread as they come. Speech
+        starts once the first word is complete; a frame that needs a text token not yet given
+        waits for it; the end of `chunks` ends the text. The samples are exactly those of
+        stream(full text, non_streaming_mode=False) with the same arguments and seed (docs/
+        model.md, "Text streamed in"). Closing the iterator or cancel() stops it."""
+        if isinstance(chunks, (str, bytes)) or not isinstance(chunks, Iterable):
+            raise TypeError(f"chunks must be an iterable of str fragments, got {type(chunks).__name__}")
+        feed = TextFeed()
+        inner = self._stream_feed(feed, speaker, language, instruct, voice, ref_audio, ref_text, x_vector_only_mode,
+                                  seed, split_sentences, frame_budget, non_streaming_mode, first_chunk_frames,
+                                  max_chunk_frames, timings, sampling)
+
+        def chunks_out() -> Iterator[AudioChunk]:
+            speech_text.read_into(feed, chunks)
+            try:
+                yield from inner
+            finally:
+                feed.cancel()  # the reader stops after its current fragment
+                inner.close()
+
+        return chunks_out()
+
+    async def stream_text_async(self, chunks: AsyncIterable[str], **kwargs: Any) -> AsyncIterator[AudioChunk]:
+        """stream_text() for an async iterable of fragments, as an async iterator: the
+        generation runs in a thread of its own while the event loop reads the text."""
+        if not isinstance(chunks, AsyncIterable):
+            raise TypeError(f"chunks must be an async iterable of str fragments, got {type(chunks).__name__}")
+        feed = TextFeed()
+        inner = self._stream_feed(feed, *_stream_args(kwargs))
+        loop = asyncio.get_running_loop()
+        out: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()
+
+        async def pump() -> None:
+            try:
+                async for fragment in chunks:
+                    feed.put(fragment)
+            except Exception as e:  # raised to the consumer by the generation
+                feed.end(e)
+            else:
+                feed.end()
+
+        def run() -> None:
+            try:
+                for chunk in inner:
+                    loop.call_soon_threadsafe(out.put_nowait, chunk)
+                    if stop.is_set():
+                        break
+            except BaseException as e:
+                loop.call_soon_threadsafe(out.put_nowait, e)
+            finally:
+                inner.close()
+                loop.call_soon_threadsafe(out.put_nowait, None)
+
+        reader = asyncio.ensure_future(pump())
+        worker = threading.Thread(target=run, name="qtts-stream-text", daemon=True)
+        worker.start()
+        try:
+            while (item := await out.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            feed.cancel()
+            reader.cancel()
+            await asyncio.to_thread(worker.join)
+
+    def _stream_feed(self, feed: TextFeed, speaker: str | None, language: str, instruct: str | None,
+                     voice: Voice | None, ref_audio: Any, ref_text: str | None, x_vector_only_mode: bool,
+                     seed: int | None, split_sentences: SplitSentences, frame_budget: int | str | None,
+                     non_streaming_mode: bool | None, first_chunk_frames: int, max_chunk_frames: int,
+                     timings: Timings | None, sampling: dict[str, Any]) -> Iterator[AudioChunk]:
+        """The chunks of text arriving through `feed`, the arguments checked now."""
+        if non_streaming_mode:
+            raise ValueError("streamed text needs non_streaming_mode=False (the text goes in with the frames)")
+        check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
+        check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
+        req = self._request(None, speaker, language, instruct, seed, split_sentences, frame_budget, False,
+                            sampling, voice, ref_audio, ref_text, x_vector_only_mode)
+        t = timings if timings is not None else Timings()
+
+        def chunks() -> Iterator[AudioChunk]:
+            self._feeds.add(feed)
+            try:
+                with self.engine.session() as s:
+                    inner = speech_text.stream_text(self, s, req, feed, split_sentences,
+                                                    first_chunk_frames=first_chunk_frames,
+                                                    max_chunk_frames=max_chunk_frames, timings=t,
+                                                    vocoder_threads=self._split.next())
+                    try:
+                        for chunk in inner:
+                            with s.suspended():
+                                yield chunk
+                    finally:
+                        inner.close()
+                    self._record_split(t)
+            finally:
+                self._feeds.discard(feed)
+
+        return chunks()
+
     def _record_split(self, t: Timings) -> None:
         """A finished request's stage timings, for the automatic split (pipeline.ThreadSplit)."""
         self._split.record(t.vocoder_threads, t.frames, (t.talker_ms_per_frame + t.predictor_ms_per_frame) * t.frames,
@@ -348,12 +463,13 @@ class Model(QwenTTSCompat):
         if self._split.vocoder_threads == 0:
             self.engine.release_vocoder_session()
 
-    def _request(self, text: str, speaker: str | None, language: str, instruct: str | None, seed: int | None,
+    def _request(self, text: str | None, speaker: str | None, language: str, instruct: str | None, seed: int | None,
                  split_sentences: SplitSentences, frame_budget: int | str | None, non_streaming_mode: bool | None,
                  sampling: dict[str, Any], voice: Voice | None, ref_audio: Any, ref_text: str | None,
                  x_vector_only_mode: bool) -> speech.Request:
         _check_setting_names(sampling)
-        check_text(text)
+        if text is not None:
+            check_text(text)
         _check_request_args(speaker, language, instruct, voice, non_streaming_mode)
         check_text(ref_text, "ref_text", optional=True, allow_empty=True)
         check_bool("x_vector_only_mode", x_vector_only_mode)
@@ -371,13 +487,27 @@ class Model(QwenTTSCompat):
         return req
 
     def cancel(self) -> None:
-        """Stop a generation running in another thread after its current frame."""
+        """Stop a generation running in another thread after its current frame (a streamed
+        text's, also while it waits for text)."""
         self.engine.cancel()
+        for feed in list(self._feeds):
+            feed.cancel()
 
     def __repr__(self) -> str:
         if not hasattr(self, "engine"):  # __init__ failed before loading
             return f"qtts.Model({str(self.path)!r}, not loaded)"
         return f"qtts.Model({str(self.path)!r}, variant={self.variant!r}, size={self.size!r}, device={self.device!r})"
+
+
+_STREAM_ARGS = dict(speaker=None, language="auto", instruct=None, voice=None, ref_audio=None, ref_text=None,
+                    x_vector_only_mode=False, seed=None, split_sentences="auto", frame_budget="auto",
+                    non_streaming_mode=False, first_chunk_frames=1, max_chunk_frames=8, timings=None)
+
+
+def _stream_args(kwargs: dict[str, Any]) -> list[Any]:
+    """stream_text's keyword arguments, in _stream_feed's order, the sampling settings last."""
+    args = [kwargs.pop(k, v) for k, v in _STREAM_ARGS.items()]
+    return [*args, kwargs]
 
 
 def supported_languages(table: dict[str, int]) -> list[str]:

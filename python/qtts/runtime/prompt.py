@@ -79,11 +79,16 @@ def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct:
     return Conditioning(language_id, speaker_id, instruct or None, voice)
 
 
-def build_prompt(model: Model, s: SessionHandle, text: str, cond: Conditioning, *, non_streaming_mode: bool) -> Prompt:
-    """The prompt of one text piece, computed in the caller's engine session."""
+def build_prompt(model: Model, s: SessionHandle, text: str, cond: Conditioning, *, non_streaming_mode: bool,
+                 text_ids: list[int] | None = None, text_open: bool = False) -> Prompt:
+    """The prompt of one text piece, computed in the caller's engine session. Streamed text
+    (docs/model.md, "Text streamed in") passes the piece's final tokens so far as text_ids with
+    text_open: the trailing text then lacks its EOS (and an ICL prompt needs more text tokens
+    than the reference has frames, beyond its transcript's)."""
     tok = model.tokenizer
     t0 = time.perf_counter()
-    text_ids = tok.prompt_text_ids(text)  # validates: non-empty, template slices intact
+    if text_ids is None:
+        text_ids = tok.prompt_text_ids(text)  # validates: non-empty, template slices intact
     role = tok.assistant_ids(text)[:3]
     tid = model.engine.text_ids
     instruct_ids = tok.instruct_ids(cond.instruct) if cond.instruct else []
@@ -111,28 +116,34 @@ def build_prompt(model: Model, s: SessionHandle, text: str, cond: Conditioning, 
     parts = [p_instruct, p_role, codec_text]
     if icl:
         assert cond.clone is not None and cond.clone.ref_codes is not None
-        block, trailing = _icl_block(s, np.concatenate([p_ref, p_text, eos[None]]), cond.clone.ref_codes,
-                                     c_bos, c_pad, pad, non_streaming_mode)
+        txt = np.concatenate([p_ref, p_text] if text_open else [p_ref, p_text, eos[None]])
+        block, trailing = _icl_block(s, txt, cond.clone.ref_codes, c_bos, c_pad, pad, non_streaming_mode,
+                                     text_open)
         parts.append(block)
     elif non_streaming_mode:
         parts += [np.concatenate([p_text, eos[None]]) + c_pad, (pad + c_bos)[None]]
         trailing = pad[None]
     else:
         parts.append((p_text[0] + c_bos)[None])
-        trailing = np.concatenate([p_text[1:], eos[None]])
+        trailing = p_text[1:] if text_open else np.concatenate([p_text[1:], eos[None]])
     return Prompt(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32),
                   np.ascontiguousarray(trailing, dtype=np.float32), tokenize_ms)
 
 
 def _icl_block(s: SessionHandle, txt: np.ndarray, ref_codes: np.ndarray, c_bos: np.ndarray, c_pad: np.ndarray,
-               pad: np.ndarray, non_streaming_mode: bool) -> tuple[np.ndarray, np.ndarray]:
+               pad: np.ndarray, non_streaming_mode: bool, text_open: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The ICL block and trailing vectors, as the reference's `generate_icl_prompt`: the reference
-    and target text against C(bos) followed by the reference frames (docs/model.md, "Prompt layouts")."""
+    and target text against C(bos) followed by the reference frames (docs/model.md, "Prompt layouts").
+    Open (streamed) text without its EOS must already cover every frame slot."""
     frames = s.frame_embed(ref_codes)
     cod = np.concatenate([c_bos[None], frames])
     t1, t2 = len(txt), len(cod)
     if non_streaming_mode:
         return np.concatenate([txt + c_pad, cod + pad]), pad[None]
+    if text_open:
+        if t1 < t2:
+            raise ValueError(f"streamed ICL text needs {t2} text tokens before the generation starts, got {t1}")
+        return txt[:t2] + cod, txt[t2:]
     if t1 > t2:
         return txt[:t2] + cod, txt[t2:]
     return np.concatenate([txt, np.repeat(pad[None], t2 - t1, axis=0)]) + cod, pad[None]

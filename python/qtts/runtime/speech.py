@@ -57,13 +57,17 @@ class Request:
     clone_timings: CloneTimings | None = None  # set when the request encoded a reference clip
 
 
-def make_request(model: Model, text: str, *, language: str, speaker: str | None, instruct: str | None,
+def make_request(model: Model, text: str | None, *, language: str, speaker: str | None, instruct: str | None,
                  seed: int | None, non_streaming_mode: bool | None, frame_budget: int | str | None,
                  split_sentences: SplitSentences, settings: dict[str, Any], voice: Voice | None = None) -> Request:
-    check_text(text)
+    """A validated request; text None: streamed in (the pieces come as it arrives)."""
+    if text is not None:
+        check_text(text)
     cond = resolve_voice(model, language=language, speaker=speaker, instruct=instruct, voice=voice)
     config = GenerationConfig.resolve(model.generation_defaults, settings, seed, frame_budget)
-    pieces = text_pieces(text, split_sentences)
+    pieces = text_pieces("x" if text is None else text, split_sentences)  # validates split_sentences too
+    if text is None:
+        pieces = []
     if non_streaming_mode is None:
         non_streaming_mode = default_non_streaming_mode(model.variant)
     return Request(pieces, cond, config, non_streaming_mode)

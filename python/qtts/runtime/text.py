@@ -48,8 +48,13 @@ def split_text(text: str, max_chars: int = SPLIT_ABOVE_CHARS) -> list[str]:
         sentence = sentence.strip()
         if sentence:
             pieces.extend(_split_long(sentence, max_chars))
+    return merge_units(pieces, max_chars)
+
+
+def merge_units(units: list[str], max_chars: int) -> list[str]:
+    """Sentences (and the parts of long ones) merged greedily into pieces of at most max_chars."""
     merged: list[str] = []
-    for p in pieces:
+    for p in units:
         if merged and len(merged[-1]) + 1 + len(p) <= max_chars:
             joiner = "" if _is_cjk_end(merged[-1]) else " "
             merged[-1] = merged[-1] + joiner + p
@@ -63,14 +68,23 @@ def _split_long(sentence: str, max_chars: int) -> list[str]:
         return [sentence]
     out: list[str] = []
     for clause in (c.strip() for c in _CLAUSE_END.split(sentence)):
-        while len(clause) > max_chars:
-            cut = clause.rfind(" ", 0, max_chars + 1)
-            cut = cut if cut > 0 else max_chars
-            out.append(clause[:cut].strip())
-            clause = clause[cut:].strip()
+        cuts, clause = cut_clause(clause, max_chars)
+        out += cuts
         if clause:
             out.append(clause)
     return out
+
+
+def cut_clause(clause: str, max_chars: int) -> tuple[list[str], str]:
+    """A clause over max_chars cut at its last space within the limit (anywhere without one),
+    again while the rest is too long: (the cut parts, the rest)."""
+    out: list[str] = []
+    while len(clause) > max_chars:
+        cut = clause.rfind(" ", 0, max_chars + 1)
+        cut = cut if cut > 0 else max_chars
+        out.append(clause[:cut].strip())
+        clause = clause[cut:].strip()
+    return out, clause
 
 
 def _is_cjk_end(s: str) -> bool:
