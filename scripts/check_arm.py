@@ -138,7 +138,7 @@ def op_cases(c: Cases) -> None:
                                                    c.save(f"piece{cout}_r", res)], None)
         cuts = [0, 1, 8, 50, 61, n]
         ids = []
-        for a, e in zip(cuts, cuts[1:]):
+        for a, e in zip(cuts, cuts[1:], strict=False):
             ids.append(f"piece{cout}_{a}")
             c.add("conv_gemm", ids[-1], [e - a, 1, 2, c.save(ids[-1] + "_xp", xp[a: e + (k - 1) * d]), wf, bf,
                                           c.save(ids[-1] + "_r", res[a:e])], None)

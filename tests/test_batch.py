@@ -112,7 +112,7 @@ def test_batched_codes_equal_alone(request: pytest.FixtureRequest, voices: dict[
         alone = [s.generate(p.embeddings, p.trailing, cfg)[0] for p, cfg in cases]
         joins = [0, 2, 5, 1][:len(cases)]
         batched = _run_batched(s, m, cases, joins)
-    for i, (a, b) in enumerate(zip(alone, batched)):
+    for i, (a, b) in enumerate(zip(alone, batched, strict=True)):
         assert len(a) > 0
         np.testing.assert_array_equal(b, a, err_msg=f"case {i}")
 
@@ -145,7 +145,7 @@ def test_64_slots_equal_alone(request: pytest.FixtureRequest, voices: dict[str, 
         cases = _many(m, s, voices, 64)
         alone = [s.generate(p.embeddings, p.trailing, cfg)[0] for p, cfg in cases]
         batched = _run_batched(s, m, cases, [(i * 3) % 5 for i in range(64)])
-    for i, (a, b) in enumerate(zip(alone, batched)):
+    for i, (a, b) in enumerate(zip(alone, batched, strict=True)):
         assert len(a) > 0
         np.testing.assert_array_equal(b, a, err_msg=f"case {i}")
 
@@ -230,7 +230,7 @@ def test_synthesize_batch_equals_synthesize(cv: qtts.Model) -> None:
     kw = dict(speaker=["ryan", "vivian", "ryan"], seed=[1, 2, 3], split_sentences=[False, False, 30],
               max_new_tokens=25)
     got = cv.synthesize_batch(texts, max_batch=2, **kw)
-    for i, (text, audio) in enumerate(zip(texts, got)):
+    for i, (text, audio) in enumerate(zip(texts, got, strict=True)):
         want = cv.synthesize(text, speaker=kw["speaker"][i], seed=kw["seed"][i],
                              split_sentences=kw["split_sentences"][i], max_new_tokens=25)
         np.testing.assert_array_equal(audio.codes, want.codes)
@@ -246,14 +246,14 @@ def test_synthesize_batch_equals_synthesize(cv: qtts.Model) -> None:
 def test_icl_voice_batch_equals_synthesize(base: qtts.Model, voices: dict[str, qtts.Voice]) -> None:
     vs = [voices["icl"], voices["xvec"]]
     got = base.synthesize_batch(TEXTS[:2], voice=vs, seed=4, max_new_tokens=15)
-    for text, v, audio in zip(TEXTS, vs, got):
+    for text, v, audio in zip(TEXTS, vs, got, strict=True):
         np.testing.assert_array_equal(audio.samples, base.synthesize(text, voice=v, seed=4, max_new_tokens=15).samples)
 
 
 def _streams_equal(chunks: list[qtts.AudioChunk], want: list[qtts.AudioChunk]) -> None:
     assert [len(c.codes) for c in chunks] == [len(c.codes) for c in want]
     assert [c.stop_reason for c in chunks] == [c.stop_reason for c in want]
-    for a, b in zip(chunks, want):
+    for a, b in zip(chunks, want, strict=True):
         np.testing.assert_array_equal(a.codes, b.codes)
         np.testing.assert_array_equal(a.samples, b.samples)
 
@@ -267,7 +267,7 @@ def test_scheduler_chunks_equal_model_stream(base: qtts.Model, voices: dict[str,
         got = [list(j) for j in jobs]
         assert sched.stats.requests_total == 3 and sched.stats.frames_total == sum(
             len(c.codes) for g in got for c in g)
-    for r, job, chunks in zip(reqs, jobs, got):
+    for r, job, chunks in zip(reqs, jobs, got, strict=True):
         want = list(base.stream(**r, first_chunk_frames=2, max_chunk_frames=4))
         _streams_equal(chunks, want)
         assert job.done and job.timings.time_to_first_audio_ms is not None
@@ -323,7 +323,7 @@ def test_cancel_takes_no_more_engine_work(cv: qtts.Model, monkeypatch: pytest.Mo
     chunks = [list(job) for job in jobs]
     sched.close(timeout=60)
     assert calls[calls.index("cancelled") + 1:] == []  # no step, no push after the cancel
-    for job, got in zip(jobs, chunks):
+    for job, got in zip(jobs, chunks, strict=True):
         assert job.stop_reason == "cancelled" and got[-1].stop_reason == "cancelled" and not len(got[-1].samples)
         audio = job.result(timeout=0)
         assert len(audio.samples) == len(audio.codes) * 1920  # the codes kept are those whose audio was sent

@@ -17,8 +17,17 @@ import soundfile as sf
 
 import qtts
 from qtts.bulk.manifest import parse_item, read_manifest
-from tests.fixtures.bulk import (CV_BAD_LINES, CV_ITEMS, base_items, batch_cli, expected_files, files_of, good,
-                                 results, write_manifest)
+from tests.fixtures.bulk import (
+    CV_BAD_LINES,
+    CV_ITEMS,
+    base_items,
+    batch_cli,
+    expected_files,
+    files_of,
+    good,
+    results,
+    write_manifest,
+)
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +157,8 @@ def test_voice_design_items(gguf_dir: Path, tmp_path: Path) -> None:
     vd = gguf_dir / "tiny_voice_design-f32.gguf"
     items = [{"id": "calm", "text": "A calm voice speaks.", "instruct": "A calm, low voice.", "seed": 21,
               "max_new_tokens": 10},
-             {"id": "bright", "text": "A bright one.", "instruct": "Bright and quick.", "seed": 22, "language": "english",
-              "max_new_tokens": 10}]
+             {"id": "bright", "text": "A bright one.", "instruct": "Bright and quick.", "seed": 22,
+              "language": "english", "max_new_tokens": 10}]
     manifest = write_manifest(tmp_path / "vd.jsonl", items)
     run = batch_cli(manifest, "-m", vd, "--output-dir", tmp_path / "out", "-t", "2", cache=tmp_path)
     assert run.returncode == 0, run.stderr
@@ -318,7 +327,8 @@ def test_manifest_parsing(tmp_path: Path) -> None:
     m = read_manifest(p, defaults={"seed": 9, "speaker": "ryan"})
     assert m.format == "jsonl" and [str(e) for e in m.errors] == ["line 3: not valid UTF-8 (byte 0xff at offset 0)"]
     a, b = m.items
-    assert (a.id, a.voice, a.sampling, a.frame_budget, a.seed) == ("7", str(tmp_path / "v.qvoice"), {"top_k": 5}, None, 9)
+    assert (a.id, a.voice, a.sampling, a.frame_budget, a.seed) == ("7", str(tmp_path / "v.qvoice"), {"top_k": 5},
+                                                                    None, 9)
     assert (b.seed, b.speaker, b.language, b.voice) == (9, "ryan", "german", None)
     with pytest.raises(FileNotFoundError, match="voice"):  # the default voice applies where the item has none
         parse_item({"id": "c", "text": "c"}, 1, tmp_path, {"voice": "/elsewhere.qvoice"})

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import qtts
-from tests.fixtures.bulk import (CV_ITEMS, base_items, batch_cli, expected_files, files_of, good, results,
-                                 write_manifest)
+from tests.fixtures.bulk import CV_ITEMS, base_items, batch_cli, expected_files, files_of, good, results, write_manifest
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import soundfile as sf  # a runtime dependency: imported, never skipped
 
 SHORT = ("--greedy", "--max-new-tokens", "8")

@@ -125,7 +125,7 @@ def test_eight_concurrent_clients_equal_their_serial_results(client: openai.Open
     seeds = list(range(100, 108))
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda s: _speech(client, s), seeds))
-    for seed, data in zip(seeds, got):
+    for seed, data in zip(seeds, got, strict=True):
         assert data == _expected(local, seed), seed
     assert len(set(got)) > 1  # different seeds, different audio
 

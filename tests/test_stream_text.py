@@ -46,7 +46,7 @@ def _cuts(text: str, how: str, seed: int = 0) -> list[str]:
         return [words[0]] + [" " + w for w in words[1:]]
     if how == "random":
         cuts = sorted(rng.sample(range(1, len(text)), 12))
-        return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
     return [text]
 
 

@@ -149,7 +149,7 @@ def test_fastapi_streaming_response_of_model_stream(cv: qtts.Model) -> None:
             return r.status_code, r.content
 
         with ThreadPoolExecutor(len(expected)) as pool:
-            got = dict(zip(expected, pool.map(get, expected)))
+            got = dict(zip(expected, pool.map(get, expected), strict=True))
         assert got == {k: (200, v) for k, v in expected.items()}
     finally:
         server.should_exit = True

@@ -43,8 +43,8 @@ class Summary:
         return {**asdict(self), "throughput": self.throughput}
 
     def format(self) -> str:
-        line = (f"{self.done} done, {self.skipped} skipped (done before), {self.failed} failed"
-                f"{f', {self.failed_earlier} failed before (--retry-failed retries them)' if self.failed_earlier else ''}; "
+        earlier = f", {self.failed_earlier} failed before (--retry-failed retries them)" if self.failed_earlier else ""
+        line = (f"{self.done} done, {self.skipped} skipped (done before), {self.failed} failed{earlier}; "
                 f"{self.audio_seconds:.1f} s of audio in {self.wall_seconds:.1f} s "
                 f"({self.throughput:.2f} s of audio per second)")
         for w in self.workers:

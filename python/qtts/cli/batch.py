@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .args import CliError, UsageError, checked, threads as threads_arg, utf8
+from ..runtime.model import OPS
+from .args import CliError, UsageError, checked, utf8
+from .args import threads as threads_arg
 from .common import check_input_file, model_path
 from .speak import _check_output_dir, _need_soundfile, add_sampling_arguments, sampling
-from ..runtime.model import OPS
 
 MAX_JOBS = 256
 
@@ -119,7 +120,8 @@ def add_parser(sub: Any) -> None:
     w.add_argument("--address", help="with --ray: join this Ray cluster (default: start a local one)")
     w.add_argument("-t", "--threads", type=threads_arg, help="CPU threads in all (default: the physical cores)")
     w.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
-    w.add_argument("--ops", default="auto", choices=OPS, help="the audio networks' and the attention's ops (default: auto)")
+    w.add_argument("--ops", default="auto", choices=OPS,
+                   help="the audio networks' and the attention's ops (default: auto)")
     w.add_argument("--no-huge-pages", action="store_true", help="keep the streamed weights mapped from the file, "
                    "shared by --jobs workers, instead of a huge-page copy in each (slower generation)")
     v = s.add_argument_group("defaults for the items (a manifest field overrides them)")

@@ -11,19 +11,21 @@ import os
 import secrets
 import sys
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .args import CliError, decode_text, frame_budget
-from .args import seed as seed_arg, setting as setting_arg, threads as threads_arg, utf8
+from ..convert.hfconfig import GENERATION_DEFAULTS
+from ..runtime.model import OPS, PRECISIONS
+from ..runtime.text import SPLIT_ABOVE_CHARS
+from .args import CliError, decode_text, frame_budget, utf8
+from .args import seed as seed_arg
+from .args import setting as setting_arg
+from .args import threads as threads_arg
 from .args import vocoder_threads as vocoder_threads_arg
 from .common import check_writable, load_model
 from .progress import generation_bar
 from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
-from ..convert.hfconfig import GENERATION_DEFAULTS
-from ..runtime.model import OPS, PRECISIONS
-from ..runtime.text import SPLIT_ABOVE_CHARS
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
     from ..runtime.cloning import CloneTimings
@@ -239,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
               f"  ... | ffplay -f s16le -ar {sr} -ac 1 -nodisp -autoexit -\n"
               f"  ... | aplay -f S16_LE -r {sr} -c 1", file=sys.stderr)
     outputs = []
-    for i, (job, dest) in enumerate(zip(jobs, dests)):
+    for i, (job, dest) in enumerate(zip(jobs, dests, strict=True)):
         if args.raw or args.text_stream:
             samples, reason, timings = _stream_raw(model, job, kw, args)
             if not args.raw:
@@ -341,7 +343,9 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="a GPU's matrix products: exact (F32) or fast (TF32/BF16 where ggml picks them); "
                         "default: auto, fast (docs/gpu.md)")
-    r.add_argument("--no-huge-pages", action="store_true", help="keep the streamed weights mapped from the file (shared with other processes) instead of reading them into huge pages")
+    r.add_argument("--no-huge-pages", action="store_true",
+                   help="keep the streamed weights mapped from the file (shared with other processes) instead of "
+                        "reading them into huge pages")
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",
                    help="print a JSON report on stdout (on stderr when the audio goes to stdout)")

@@ -6,25 +6,23 @@ import asyncio
 import os
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from . import speech, speech_text
+from ..threads import resolve_threads
+from . import cloning, speech, speech_text
 from .audio import Audio, AudioChunk, Timings
-from . import cloning
 from .compat import QwenTTSCompat
 from .config import SETTINGS, check_bool, check_int
 from .engine import Engine, read_tokenizer
-from .pipeline import ThreadSplit, check_vocoder_threads
 from .generation import GenerationResult, check_text, per_frame_timings
+from .pipeline import ThreadSplit, check_vocoder_threads
 from .text import SplitSentences
 from .text_stream import TextFeed
-from ..threads import resolve_threads
 from .tokenizer import Tokenizer, TokenizerData
 from .voice import Voice, VoiceCache, model_fingerprint
-
 
 MAX_THREADS = 1024
 MAX_CHUNK_FRAMES = 4096
@@ -309,7 +307,7 @@ class Model(QwenTTSCompat):
         if not n:
             return []
         with Scheduler(self, max_batch=min(max_batch, n), max_queue=n) as sched:
-            jobs = [sched.submit_eager(text, **item) for text, item in zip(texts, items)]
+            jobs = [sched.submit_eager(text, **item) for text, item in zip(texts, items, strict=True)]
             return [job.result() for job in jobs]
 
     def stream(self, text: str, *, speaker: str | None = None, language: str = "auto",
@@ -533,7 +531,7 @@ def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device:
     reused afterwards. n_threads defaults to the physical cores available; ops picks the audio
     networks' path, vocoder_threads the pipeline's split, huge_pages where the streamed weights
     live and precision a GPU's arithmetic (Model)."""
-    from ..convert.registry import is_repo_id, fetch, cache_dir
+    from ..convert.registry import cache_dir, fetch, is_repo_id
 
     if is_repo_id(model):
         model = fetch(str(model), cache_dir(), convert_type)

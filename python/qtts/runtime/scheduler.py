@@ -16,7 +16,7 @@ import collections
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,8 +24,7 @@ import numpy as np
 from .audio import Audio, AudioChunk, Timings
 from .config import check_int
 from .engine import Batch, SessionHandle
-from .speech import (PAUSE_SECONDS, Request, clone_timings_into, decode_codes, finish_timings, ref_codes,
-                     timed_prompt)
+from .speech import PAUSE_SECONDS, Request, clone_timings_into, decode_codes, finish_timings, ref_codes, timed_prompt
 
 if TYPE_CHECKING:
     from .model import Model

@@ -23,8 +23,8 @@ from .engine import Generated, SessionHandle
 from .generation import check_text
 from .pipeline import Vocoder
 from .prompt import Conditioning, Prompt, build_prompt, resolve_voice
-from .voice import Voice
 from .text import SplitSentences, text_pieces
+from .voice import Voice
 
 if TYPE_CHECKING:
     from .model import Model
@@ -119,7 +119,7 @@ def synthesize(model: Model, s: SessionHandle, req: Request, progress: ProgressC
     for i in range(len(req.pieces)):
         steps = None if progress is None else itertools.repeat(PROGRESS_FRAMES)
         parts: list[np.ndarray] = []
-        for codes, reason, raw in generate_piece(model, s, req, i, timings, steps):
+        for codes, reason, raw in generate_piece(model, s, req, i, timings, steps):  # noqa: B007 (read after)
             parts.append(codes)
             if progress is not None:
                 n = done + sum(len(c) for c in parts)
@@ -170,7 +170,7 @@ def synthesize_pipelined(model: Model, s: SessionHandle, req: Request, progress:
             voc.pace()
             raw: dict[str, float] = {}
             n = 0
-            for codes, reason, raw in generate_piece(model, s, req, i, timings,
+            for codes, reason, raw in generate_piece(model, s, req, i, timings,  # noqa: B007 (read after)
                                                      voc.paced(itertools.repeat(PROGRESS_FRAMES))):
                 pushed.append(voc.push(codes))
                 all_codes.append(codes)

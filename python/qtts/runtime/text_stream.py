@@ -18,8 +18,16 @@ import threading
 import unicodedata
 from dataclasses import dataclass
 
-from .text import (_CLAUSE_END, _SENTENCE_END, SPLIT_ABOVE_CHARS, SplitSentences, _split_long, cut_clause,
-                   merge_units, text_pieces)
+from .text import (
+    _CLAUSE_END,
+    _SENTENCE_END,
+    SPLIT_ABOVE_CHARS,
+    SplitSentences,
+    _split_long,
+    cut_clause,
+    merge_units,
+    text_pieces,
+)
 from .tokenizer import QWEN2_REGEX, Tokenizer
 
 
@@ -95,7 +103,7 @@ def _shortest_unit(rest: str) -> int:
 
 def _common_prefix(a: str, b: str) -> str:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
