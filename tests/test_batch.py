@@ -246,7 +246,7 @@ def test_synthesize_batch_equals_synthesize(cv: qtts.Model) -> None:
 def test_icl_voice_batch_equals_synthesize(base: qtts.Model, voices: dict[str, qtts.Voice]) -> None:
     vs = [voices["icl"], voices["xvec"]]
     got = base.synthesize_batch(TEXTS[:2], voice=vs, seed=4, max_new_tokens=15)
-    for text, v, audio in zip(TEXTS, vs, got, strict=True):
+    for text, v, audio in zip(TEXTS[:2], vs, got, strict=True):
         np.testing.assert_array_equal(audio.samples, base.synthesize(text, voice=v, seed=4, max_new_tokens=15).samples)
 
 

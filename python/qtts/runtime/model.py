@@ -47,6 +47,8 @@ def _check_setting_names(sampling: dict[str, Any]) -> None:
         raise TypeError(f"unexpected argument(s) {', '.join(sorted(unknown))}; sampling settings are "
                         f"{', '.join(SETTINGS)}")
 
+# _request's text for stream_text, whose text arrives later (None is a caller's mistake)
+STREAMED_TEXT = object()
 OPS = ("auto", "native", "portable")
 # The matrix products' arithmetic on a GPU (docs/kernels.md, "Precision"); "auto" is "fast".
 PRECISIONS = ("auto", "exact", "fast")
@@ -430,7 +432,7 @@ class Model(QwenTTSCompat):
             raise ValueError("streamed text needs non_streaming_mode=False (the text goes in with the frames)")
         check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
         check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
-        req = self._request(None, speaker, language, instruct, seed, split_sentences, frame_budget, False,
+        req = self._request(STREAMED_TEXT, speaker, language, instruct, seed, split_sentences, frame_budget, False,
                             sampling, voice, ref_audio, ref_text, x_vector_only_mode)
         t = timings if timings is not None else Timings()
 
@@ -461,12 +463,14 @@ class Model(QwenTTSCompat):
         if self._split.vocoder_threads == 0:
             self.engine.release_vocoder_session()
 
-    def _request(self, text: str | None, speaker: str | None, language: str, instruct: str | None, seed: int | None,
+    def _request(self, text: str | object, speaker: str | None, language: str, instruct: str | None, seed: int | None,
                  split_sentences: SplitSentences, frame_budget: int | str | None, non_streaming_mode: bool | None,
                  sampling: dict[str, Any], voice: Voice | None, ref_audio: Any, ref_text: str | None,
                  x_vector_only_mode: bool) -> speech.Request:
         _check_setting_names(sampling)
-        if text is not None:
+        if text is STREAMED_TEXT:  # stream_text: the text comes later, through its feed
+            text = None
+        else:
             check_text(text)
         _check_request_args(speaker, language, instruct, voice, non_streaming_mode)
         check_text(ref_text, "ref_text", optional=True, allow_empty=True)
