@@ -1,5 +1,5 @@
-"""What several commands share: loading a model by path or repo id, and checking files before
-the work starts, so that a bad path fails in a moment rather than after a model load."""
+"""What several commands share: where a model runs, loading it by path or repo id, and checking
+files before the work starts, so that a bad path fails in a moment rather than after a model load."""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +7,20 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..runtime.model import PRECISIONS
 from .args import CliError
 from .progress import tensor_log
+
+
+def add_device_arguments(p: argparse._ActionsContainer) -> None:
+    """--device, --precision and --no-huge-pages, as speak and serve take them."""
+    p.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="a GPU's matrix products: exact (F32) or fast (TF32/BF16 where ggml picks them); "
+                        "default: auto, fast (docs/gpu.md)")
+    p.add_argument("--no-huge-pages", action="store_true",
+                   help="keep the streamed weights mapped from the file (shared with other processes) instead of "
+                        "reading them into huge pages")
 
 
 def load_model(args: argparse.Namespace, **kw: Any) -> Any:

@@ -11,10 +11,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..runtime.model import PRECISIONS
 from .args import checked
 from .args import threads as threads_arg
-from .common import load_model
+from .common import add_device_arguments, load_model
 
 FORCE_AFTER_S = 10  # after --shutdown-timeout, uvicorn cancels what still runs (nothing, normally)
 
@@ -53,13 +52,7 @@ def add_parser(sub: Any) -> None:
                    help="on SIGINT/SIGTERM, let requests in flight finish for this long, then cancel them "
                         "(default: 30)")
     p.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
-    p.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
-    p.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="a GPU's matrix products: exact (F32) or fast (TF32/BF16 where ggml picks them); "
-                        "default: auto, fast (docs/gpu.md)")
-    p.add_argument("--no-huge-pages", action="store_true",
-                   help="keep the streamed weights mapped from the file (shared with other processes) instead of "
-                        "reading them into huge pages")
+    add_device_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     p.set_defaults(func=run)
 

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..convert.hfconfig import GENERATION_DEFAULTS
-from ..runtime.model import OPS, PRECISIONS
+from ..runtime.model import OPS
 from ..runtime.text import SPLIT_ABOVE_CHARS
 from .args import CliError, decode_text, frame_budget, utf8
 from .args import seed as seed_arg
 from .args import setting as setting_arg
 from .args import threads as threads_arg
 from .args import vocoder_threads as vocoder_threads_arg
-from .common import check_writable, load_model
+from .common import add_device_arguments, check_writable, load_model
 from .progress import generation_bar
 from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
 
@@ -336,16 +336,10 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--vocoder-threads", type=vocoder_threads_arg, default=None, metavar="N|auto",
                    help="pipelined synthesis: the vocoder on N of the threads while the rest generate (0: serial; "
                         "default auto: chosen from the first requests' timings)")
-    r.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
     r.add_argument("--ops", default="auto", choices=OPS,
                    help="the audio networks' and the attention's ops: native CPU kernels or portable stock "
                         "ggml ops (default: auto, native on the CPU)")
-    r.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="a GPU's matrix products: exact (F32) or fast (TF32/BF16 where ggml picks them); "
-                        "default: auto, fast (docs/gpu.md)")
-    r.add_argument("--no-huge-pages", action="store_true",
-                   help="keep the streamed weights mapped from the file (shared with other processes) instead of "
-                        "reading them into huge pages")
+    add_device_arguments(r)
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",
                    help="print a JSON report on stdout (on stderr when the audio goes to stdout)")
