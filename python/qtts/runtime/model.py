@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from . import cloning, speech, speech_text
 from .audio import Audio, AudioChunk, Timings
 from .compat import QwenTTSCompat
 from .config import SETTINGS, check_bool, check_int
-from .engine import Engine, read_tokenizer
+from .engine import Engine, SessionHandle, read_tokenizer
 from .generation import GenerationResult, check_text, per_frame_timings
 from .pipeline import ThreadSplit, check_vocoder_threads
 from .text import SplitSentences
@@ -330,20 +330,9 @@ class Model(QwenTTSCompat):
 
         t = timings if timings is not None else Timings()
 
-        def chunks() -> Iterator[AudioChunk]:
-            with self.engine.session() as s:  # held from the first chunk until the stream ends or closes
-                inner = speech.stream(self, s, req, first_chunk_frames=first_chunk_frames,
-                                      max_chunk_frames=max_chunk_frames, timings=t,
-                                      vocoder_threads=self._split.next())
-                try:
-                    for chunk in inner:
-                        with s.suspended():
-                            yield chunk
-                finally:
-                    inner.close()
-                self._record_split(t)
-
-        return chunks()
+        return self._held_stream(lambda s: speech.stream(self, s, req, first_chunk_frames=first_chunk_frames,
+                                                         max_chunk_frames=max_chunk_frames, timings=t,
+                                                         vocoder_threads=self._split.next()), t)
 
     def stream_text(self, chunks: Iterable[str], *, speaker: str | None = None, language: str = "auto",
                     instruct: str | None = None, voice: Voice | None = None,
@@ -439,22 +428,29 @@ class Model(QwenTTSCompat):
         def chunks() -> Iterator[AudioChunk]:
             self._feeds.add(feed)
             try:
-                with self.engine.session() as s:
-                    inner = speech_text.stream_text(self, s, req, feed, split_sentences,
-                                                    first_chunk_frames=first_chunk_frames,
-                                                    max_chunk_frames=max_chunk_frames, timings=t,
-                                                    vocoder_threads=self._split.next())
-                    try:
-                        for chunk in inner:
-                            with s.suspended():
-                                yield chunk
-                    finally:
-                        inner.close()
-                    self._record_split(t)
+                yield from self._held_stream(
+                    lambda s: speech_text.stream_text(self, s, req, feed, split_sentences,
+                                                      first_chunk_frames=first_chunk_frames,
+                                                      max_chunk_frames=max_chunk_frames, timings=t,
+                                                      vocoder_threads=self._split.next()), t)
             finally:
                 self._feeds.discard(feed)
 
         return chunks()
+
+    def _held_stream(self, start: Callable[[SessionHandle], Iterator[AudioChunk]],
+                     t: Timings) -> Iterator[AudioChunk]:
+        """The chunks of start(session), the engine held from the first chunk until the stream ends
+        or is closed; the caller's code runs between chunks (docs/architecture.md, "Layers", rule 2)."""
+        with self.engine.session() as s:
+            inner = start(s)
+            try:
+                for chunk in inner:
+                    with s.suspended():
+                        yield chunk
+            finally:
+                inner.close()
+            self._record_split(t)
 
     def _record_split(self, t: Timings) -> None:
         """A finished request's stage timings, for the automatic split (pipeline.ThreadSplit)."""
