@@ -66,3 +66,52 @@ def test_top_p_stays_on_the_host(gguf_dir: Path) -> None:
             s.native.device_sampling = on_device
         got.append(m.generate_codes(TEXT, speaker="ryan", max_new_tokens=12, seed=5, subtalker_top_p=0.8).codes)
     np.testing.assert_array_equal(got[0], got[1])
+
+
+def _batched_codes(m: qtts.Model, texts: list[str], settings: list[dict], device: bool) -> list[np.ndarray]:
+    """Each request's codes when all of them run in one batch (joining at steps 0, 1, 2, ...),
+    the batch's code predictor sampling on the host or in its frame graph."""
+    from qtts.runtime.config import GenerationConfig
+    from qtts.runtime.prompt import build_prompt, resolve_voice
+
+    with m.engine.session() as s:
+        s.native.device_sampling = device
+        cond = resolve_voice(m, language="english", speaker="ryan", instruct=None, voice=None)
+        cases = [(build_prompt(m, s, t, cond, non_streaming_mode=True),
+                  GenerationConfig.resolve(m.generation_defaults, kw, kw.get("seed"), frame_budget=None))
+                 for t, kw in zip(texts, settings, strict=True)]
+        batch = m.engine.batch(len(cases))
+        owner: dict[int, int] = {}
+        codes: list[list[np.ndarray]] = [[] for _ in cases]
+        ended = step = 0
+        while ended < len(cases):
+            if step < len(cases):
+                p, cfg = cases[step]
+                owner[s.batch_add(batch, p.embeddings, p.trailing, cfg)] = step
+            for slot, c, reason, _ in s.batch_step(batch, 1):
+                codes[owner[slot]].append(c)
+                ended += reason is not None
+            step += 1
+        s.native.device_sampling = False
+    return [np.concatenate(c) for c in codes]
+
+
+@pytest.mark.parametrize("ops", ["native", "portable"])
+@pytest.mark.parametrize("mode", ["greedy", "sampled", "mixed"])
+def test_batched_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: str, mode: str) -> None:
+    """The batch's code predictor as one frame graph over every lane, sampling inside it, gives
+    the codes of its step-by-step pass with the host sampler: greedy, seeded sampling with one
+    setting for all lanes, and a mix of settings (which keeps the host sampler)."""
+    m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops=ops, voice_cache=False)
+    texts = [TEXT, "Short.", "A longer sentence, with a few more words than the others.", TEXT]
+    greedy = dict(do_sample=False, subtalker_dosample=False)
+    sampled = [dict(seed=11 + i, subtalker_top_k=5, subtalker_temperature=0.8) for i in range(4)]
+    settings = {"greedy": [dict(greedy, max_new_tokens=8 + 3 * i) for i in range(4)],
+                "sampled": [dict(kw, max_new_tokens=8 + 3 * i) for i, kw in enumerate(sampled)],
+                "mixed": [dict(greedy, max_new_tokens=9), dict(sampled[0], max_new_tokens=12), dict(seed=4),
+                          dict(greedy, max_new_tokens=6)]}[mode]
+    host = _batched_codes(m, texts, settings, device=False)
+    dev = _batched_codes(m, texts, settings, device=True)
+    for i, (a, b) in enumerate(zip(host, dev, strict=True)):
+        assert len(a) > 1
+        np.testing.assert_array_equal(b, a, err_msg=f"request {i}")

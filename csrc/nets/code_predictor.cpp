@@ -112,50 +112,57 @@ ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, c
 bool device_samples(const SamplingParams & p) { return !p.do_sample || p.top_p >= 1.0f; }
 
 ggml_tensor * sample_on_device(ggml_context * ctx, ggml_tensor * logits, const SamplingParams & p, ggml_tensor * u) {
-    const int64_t V = logits->ne[0];
-    ggml_tensor * l = ggml_reshape_2d(ctx, logits, V, 1);
+    const int64_t V = logits->ne[0], lanes = ggml_nelements(logits) / V;
+    ggml_tensor * l = ggml_reshape_2d(ctx, logits, V, lanes);
     if (!p.do_sample) return ggml_argmax(ctx, l);
     if (!(p.temperature > 0.0f)) fail("temperature must be positive when sampling, got %g", p.temperature);
     if (!device_samples(p)) fail("top_p < 1 is sampled on the host");
+    if (!u || ggml_nelements(u) != lanes) fail("sample_on_device: need one draw per lane");
     ggml_tensor * s = p.temperature != 1.0f ? ggml_scale(ctx, l, 1.0f / p.temperature) : l;
     if (p.top_k > 0 && p.top_k < V) {
-        // the k-th largest score; the tokens below it get a large negative bias, so their
+        // each lane's k-th largest score; the tokens below it get a large negative bias, so their
         // probability is exactly 0 (a -inf bias times 0 would be NaN in the mask's product)
-        ggml_tensor * top = ggml_argsort_top_k(ctx, s, p.top_k);
-        ggml_tensor * kth_id = ggml_view_1d(ctx, top, 1, (p.top_k - 1) * top->nb[0]);
-        ggml_tensor * kth = ggml_get_rows(ctx, ggml_reshape_2d(ctx, s, 1, V), kth_id);  // [1, 1]
-        ggml_tensor * below = ggml_step(ctx, ggml_neg(ctx, ggml_sub(ctx, s, kth)));     // 1 where s < kth
+        ggml_tensor * top = ggml_argsort_top_k(ctx, s, p.top_k);  // [k, lanes]
+        ggml_tensor * kth_id = ggml_view_2d(ctx, top, 1, lanes, top->nb[1], (p.top_k - 1) * top->nb[0]);
+        if (lanes > 1) kth_id = ggml_cont(ctx, kth_id);
+        ggml_tensor * kth = ggml_get_rows(ctx, ggml_reshape_3d(ctx, s, 1, V, lanes), kth_id);  // [1, 1, lanes]
+        kth = ggml_reshape_2d(ctx, kth, 1, lanes);
+        ggml_tensor * below = ggml_step(ctx, ggml_neg(ctx, ggml_sub(ctx, s, kth)));  // 1 where s < kth
         s = ggml_add(ctx, s, ggml_scale(ctx, below, -1e30f));
     }
-    ggml_tensor * cum = ggml_cumsum(ctx, ggml_soft_max(ctx, s));  // [V], the last is the total
-    ggml_tensor * total = ggml_view_2d(ctx, cum, 1, 1, cum->nb[1], (V - 1) * cum->nb[0]);
-    ggml_tensor * target = ggml_mul(ctx, ggml_reshape_2d(ctx, u, 1, 1), total);
+    ggml_tensor * cum = ggml_cumsum(ctx, ggml_soft_max(ctx, s));  // [V, lanes], the last is the total
+    ggml_tensor * total = ggml_view_2d(ctx, cum, 1, lanes, cum->nb[1], (V - 1) * cum->nb[0]);
+    ggml_tensor * target = ggml_mul(ctx, ggml_reshape_2d(ctx, u, 1, lanes), total);
     // the choice is the first token whose cumulative probability passes the target: the tokens
     // at or under it come before it (V minus those above); clamped for a target rounded to the total
     ggml_tensor * above = ggml_sum_rows(ctx, ggml_step(ctx, ggml_sub(ctx, cum, target)));
     ggml_tensor * at = ggml_clamp(ctx, ggml_scale_bias(ctx, above, -1.0f, static_cast<float>(V)), 0.0f,
                                   static_cast<float>(V - 1));
-    return ggml_cast(ctx, at, GGML_TYPE_I32);
+    return ggml_reshape_1d(ctx, ggml_cast(ctx, at, GGML_TYPE_I32), lanes);
 }
 
 ggml_tensor * build_predictor_frame(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
                                     const KvCache & cache, FrameSampler * sampler, FrameGraphIo & io,
-                                    const SamplingParams * device) {
+                                    const SamplingParams * device, int64_t lanes, int64_t lane_stride) {
+    if (lanes > 1 && !device) fail("a frame graph of %lld lanes samples on the device", static_cast<long long>(lanes));
     io = FrameGraphIo{};
-    io.code0 = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1), kPredCode);
-    io.hidden = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), 1), kPredHidden);
+    const int steps = t.n_code_groups - 1;
+    io.code0 = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, lanes), kPredCode);
+    io.hidden = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), lanes), kPredHidden);
     if (device && device->do_sample) {
-        io.uniform = input(ggml_new_tensor_1d(ctx, GGML_TYPE_F32, t.n_code_groups - 1), "pred.uniform");
+        // step-major: step j's draws are lanes values from j * lanes
+        io.uniform = input(ggml_new_tensor_1d(ctx, GGML_TYPE_F32, steps * lanes), "pred.uniform");
     }
     ggml_tensor * code = io.code0;
-    for (int step = 0; step + 1 < t.n_code_groups; ++step) {
-        ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, step == 0 ? 2 : 1);
+    for (int step = 0; step < steps; ++step) {
+        ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, (step == 0 ? 2 : 1) * lanes);
         io.pos.push_back(input(pos, format("%s.%d", kPredPos, step).c_str()));
-        ggml_tensor * logits = predictor_logits(ctx, gf, c, t, cache, step, 1, 0, code, io.hidden, pos,
+        ggml_tensor * logits = predictor_logits(ctx, gf, c, t, cache, step, lanes, lane_stride, code, io.hidden, pos,
                                                 format("pred.%d", step).c_str());
         if (device) {
-            ggml_tensor * u = io.uniform ? ggml_view_1d(ctx, io.uniform, 1, step * io.uniform->nb[0]) : nullptr;
-            code = ggml_reshape_1d(ctx, sample_on_device(ctx, logits, *device, u), 1);
+            ggml_tensor * u = io.uniform ? ggml_view_1d(ctx, io.uniform, lanes, step * lanes * io.uniform->nb[0])
+                                         : nullptr;
+            code = sample_on_device(ctx, logits, *device, u);
         } else {
             code = ggml_custom_4d(ctx, GGML_TYPE_I32, 1, 1, 1, 1, &logits, 1, sample_op, 1, sampler);
         }

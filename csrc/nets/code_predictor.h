@@ -60,11 +60,11 @@ struct FrameSampler {
 
 // The tensors of a frame graph the session fills and reads.
 struct FrameGraphIo {
-    ggml_tensor * hidden = nullptr;      // kPredHidden [D]
-    ggml_tensor * code0 = nullptr;       // kPredCode [1]: cb0
-    std::vector<ggml_tensor *> pos;      // per step: [0, 1] for step 0, [step + 1] after
-    std::vector<ggml_tensor *> codes;    // outputs, I32 [1]: cb1..
-    ggml_tensor * uniform = nullptr;     // sampling on the device: F32 [groups - 1], a draw per step
+    ggml_tensor * hidden = nullptr;      // kPredHidden [D, lanes]
+    ggml_tensor * code0 = nullptr;       // kPredCode [lanes]: cb0
+    std::vector<ggml_tensor *> pos;      // per step and lane: [0, 1] for step 0, [step + 1] after
+    std::vector<ggml_tensor *> codes;    // outputs, I32 [lanes]: cb1..
+    ggml_tensor * uniform = nullptr;     // sampling on the device: F32 [(groups - 1) * lanes], step-major
 };
 
 // Whether sample_on_device can follow `p` (top-p is left to the host: see below).
@@ -75,7 +75,8 @@ bool device_samples(const SamplingParams & p);
 // logits / temperature, the top-k threshold (ties with the k-th score kept), softmax, and the
 // first token whose cumulative probability, in token order, exceeds u * total, where u is the
 // host RNG's draw for the step (the same 53-bit draw select_token makes). The sums are float, not
-// double, so a draw within rounding of a boundary can pick its neighbour. I32 [1].
+// double, so a draw within rounding of a boundary can pick its neighbour. Logits [vocab, lanes]
+// and u [lanes] (one draw per lane) give I32 [lanes], each lane sampled on its own.
 ggml_tensor * sample_on_device(ggml_context * ctx, ggml_tensor * logits, const SamplingParams & p, ggml_tensor * u);
 
 // cb1..cb_{groups-1} of one frame as one graph: the steps of build_predictor_step in order, each
@@ -83,9 +84,12 @@ ggml_tensor * sample_on_device(ggml_context * ctx, ggml_tensor * logits, const S
 // function, the same RNG stream as the step-by-step loop), whose I32 output the next step's
 // embedding lookup reads; or, with `device` set (any backend), by sample_on_device with those
 // settings. The graph's shapes do not depend on the frame: it is built once and replayed
-// (docs/architecture.md, "Graph replay").
+// (docs/architecture.md, "Graph replay"). With `lanes` > 1 (sampling on the device only) it steps
+// that many frames in lockstep as build_predictor_step_batch does, lane b's cache positions from
+// b * lane_stride: every tensor of `io` gets one column (or value) per lane, the draws step-major.
 ggml_tensor * build_predictor_frame(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
                                     const KvCache & cache, FrameSampler * sampler, FrameGraphIo & io,
-                                    const SamplingParams * device = nullptr);
+                                    const SamplingParams * device = nullptr, int64_t lanes = 1,
+                                    int64_t lane_stride = 0);
 
 }  // namespace qtts

@@ -63,6 +63,11 @@ Batch::Batch(Session & session, int max_batch) : session_(session) {
                         session_.fused_attention());
 }
 
+Batch::~Batch() {
+    session_.free_replay(frame_);
+    session_.free_replay(step_);
+}
+
 std::vector<int> Batch::active() const {
     std::vector<int> ids;
     for (size_t i = 0; i < slots_.size(); ++i) {
@@ -228,16 +233,25 @@ void Batch::talker_step() {
     KvStepInputs kv;
     if (!cache.fused()) kv = kv_step_inputs(m.talker.tfm.hp, cache.n_ctx(), lane_len_, window, attend);
     auto t0 = Clock::now();
-    ggml_cgraph * gf = session_.run(
-        [&](ggml_context * ctx, ggml_cgraph * g) {
-            return build_talker_step_lanes(ctx, g, m.talker, m.code_predictor, cache, lanes, lane_len_, window);
-        },
-        [&](ggml_cgraph * g) {
-            set_input(g, kTalkerCodes, codes);
-            set_input(g, kTalkerText, text);
-            set_input(g, kTalkerPos, pos);
-            if (!cache.fused()) set_kv_step_inputs(g, kv, "talker");
+    Step & r = step_;
+    if (r.stale(cache) || r.lanes != lanes || r.lane_len != lane_len_ || r.window != window) {
+        session_.build_replay(r, cache, "batched talker step's", [&](ggml_context * ctx, ggml_cgraph * g) {
+            ggml_tensor * out = build_talker_step_lanes(ctx, g, m.talker, m.code_predictor, cache, lanes, lane_len_,
+                                                        window);
+            ggml_set_output(out);
+            ggml_build_forward_expand(g, out);
         });
+        r.lanes = lanes;
+        r.lane_len = lane_len_;
+        r.window = window;
+    }
+    ggml_cgraph * gf = r.gf;
+    set_input(gf, kTalkerCodes, codes);
+    set_input(gf, kTalkerText, text);
+    set_input(gf, kTalkerPos, pos);
+    if (!cache.fused()) set_kv_step_inputs(gf, kv, "talker");
+    Session::ProfileClock clock(session_);
+    session_.compute(r.sched, gf, clock);
     step_nodes_ = ggml_graph_n_nodes(gf);
     const std::vector<float> logits = read_tensor(gf, kTalkerLogits), hidden = read_tensor(gf, kTalkerHidden);
     const double ms = ms_since(t0);
@@ -256,9 +270,14 @@ void Batch::talker_step() {
 void Batch::predict(const std::vector<Slot *> & s) {
     const Model & m = session_.model();
     const int B = static_cast<int>(s.size()), groups = m.talker.n_code_groups, d = m.talker.n_embd();
+    auto t0 = Clock::now();
+    if (predict_frame(s)) {
+        const double ms = ms_since(t0);
+        for (Slot * x : s) x->g.total.predictor_ms += ms;
+        return;
+    }
     std::vector<float> hidden(static_cast<size_t>(B) * d);
     for (int b = 0; b < B; ++b) std::copy(s[b]->g.out.hidden.begin(), s[b]->g.out.hidden.end(), hidden.begin() + b * d);
-    auto t0 = Clock::now();
     std::vector<int32_t> code(B), pos;
     for (int step = 0; step + 1 < groups; ++step) {
         for (int b = 0; b < B; ++b) code[b] = s[b]->g.frame[step];
@@ -293,6 +312,71 @@ void Batch::predict(const std::vector<Slot *> & s) {
     }
     const double ms = ms_since(t0);
     for (Slot * x : s) x->g.total.predictor_ms += ms;
+}
+
+bool Batch::predict_frame(const std::vector<Slot *> & s) {
+    const SamplingParams & p = s.front()->g.p.subtalker;
+    auto same = [&p](const Slot * x) {
+        const SamplingParams & q = x->g.p.subtalker;
+        return q.do_sample == p.do_sample && q.temperature == p.temperature && q.top_k == p.top_k &&
+               q.top_p == p.top_p;
+    };
+    if (!session_.device_sampling_ || !device_samples(p) || !std::all_of(s.begin(), s.end(), same)) return false;
+    const Model & m = session_.model();
+    const int B = static_cast<int>(s.size()), groups = m.talker.n_code_groups, d = m.talker.n_embd();
+    Frame & f = frame_;
+    if (f.stale(pred_cache_) || f.lanes != B || f.params.do_sample != p.do_sample ||
+        f.params.temperature != p.temperature || f.params.top_k != p.top_k) {
+        session_.build_replay(f, pred_cache_, "batched code predictor's", [&](ggml_context * ctx, ggml_cgraph * gf) {
+            build_predictor_frame(ctx, gf, m.code_predictor, m.talker, pred_cache_, nullptr, f.io, &p, B, groups);
+        });
+        f.lanes = B;
+        f.params = p;
+        f.uniform.assign(f.io.uniform ? static_cast<size_t>(groups - 1) * B : 0, 0.0f);
+    }
+    // each slot's select_token draws, in step order from its own stream (Session::predict_frame)
+    if (f.io.uniform) {
+        for (int b = 0; b < B; ++b) {
+            for (int step = 0; step + 1 < groups; ++step) {
+                const double u = static_cast<double>(s[b]->g.rng() >> 11) * 0x1.0p-53;
+                f.uniform[static_cast<size_t>(step) * B + b] = std::min(static_cast<float>(u), 0x1.fffffep-1f);
+            }
+        }
+        ggml_backend_tensor_set(f.io.uniform, f.uniform.data(), 0, ggml_nbytes(f.io.uniform));
+    }
+    std::vector<float> hidden(static_cast<size_t>(B) * d);
+    std::vector<int32_t> code0(B);
+    for (int b = 0; b < B; ++b) {
+        std::copy(s[b]->g.out.hidden.begin(), s[b]->g.out.hidden.end(), hidden.begin() + static_cast<ptrdiff_t>(b) * d);
+        code0[b] = s[b]->g.frame[0];
+    }
+    ggml_backend_tensor_set(f.io.hidden, hidden.data(), 0, ggml_nbytes(f.io.hidden));
+    ggml_backend_tensor_set(f.io.code0, code0.data(), 0, ggml_nbytes(f.io.code0));
+    std::vector<int32_t> pos;
+    for (int step = 0; step + 1 < groups; ++step) {
+        pos.clear();
+        for (int b = 0; b < B; ++b) {
+            if (step == 0) {
+                pos.push_back(0);
+                pos.push_back(1);
+            } else {
+                pos.push_back(step + 1);
+            }
+        }
+        ggml_backend_tensor_set(f.io.pos[step], pos.data(), 0, pos.size() * sizeof(int32_t));
+        if (step > 0 && !pred_cache_.fused()) {
+            set_kv_step_inputs(f.gf, predictor_rows(m.code_predictor, pred_cache_, step, B, groups),
+                               format("pred.%d", step).c_str());
+        }
+    }
+    Session::ProfileClock clock(session_);
+    session_.compute(f.sched, f.gf, clock);
+    std::vector<int32_t> codes(B);
+    for (int step = 0; step + 1 < groups; ++step) {
+        ggml_backend_tensor_get(f.io.codes[step], codes.data(), 0, codes.size() * sizeof(int32_t));
+        for (int b = 0; b < B; ++b) s[b]->g.frame[step + 1] = codes[b];
+    }
+    return true;
 }
 
 }  // namespace qtts

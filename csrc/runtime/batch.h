@@ -24,6 +24,7 @@ struct SlotResult {
 class Batch {
 public:
     Batch(Session & session, int max_batch);
+    ~Batch();
     Batch(const Batch &) = delete;
     Batch & operator=(const Batch &) = delete;
 
@@ -63,6 +64,9 @@ private:
     void reserve(int lanes, int64_t lane_len);
     void talker_step();
     void predict(const std::vector<Slot *> & s);
+    // The code predictor's pass as one replayed graph with the sampling inside, where the session
+    // samples on its device and every slot of the pass has the same settings (predict_frame).
+    bool predict_frame(const std::vector<Slot *> & s);
     void finish(Slot & s);
 
     Session & session_;
@@ -73,6 +77,22 @@ private:
     int64_t lane_len_ = 0;
     int step_nodes_ = 0;
     KvCache pred_cache_;  // one lane of n_code_groups positions per slot
+    // The batched frame graph of predict_frame, rebuilt when the number of lanes or the settings
+    // change (docs/serving.md, "Batching").
+    struct Frame : Session::Replay {
+        FrameGraphIo io;
+        int lanes = 0;
+        SamplingParams params;
+        std::vector<float> uniform;
+    };
+    Frame frame_;
+    // The talker's batched step, replayed while its lanes, lane length and window stay the same
+    // (a graph of its own, so that a device can replay it: docs/architecture.md, "Graph replay").
+    struct Step : Session::Replay {
+        int lanes = 0;
+        int64_t lane_len = 0, window = 0;
+    };
+    Step step_;
 };
 
 }  // namespace qtts
