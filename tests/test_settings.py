@@ -29,6 +29,8 @@ class WithMinP(GenerationConfig):
     """GenerationConfig with one more setting, declared the way config.py declares its own."""
     min_p: float = setting(float, "talker.min_p", 0.0, lo=0.0, hi=1.0, in_model=False, cli=True,
                            help="drop the codes less likely than P times the most likely one (0: off)")
+    mirostat: bool = setting(bool, "mirostat", False, in_model=False, cli=True, server=False,
+                             help="a switch of the whole generation")
 
 
 def _help(command: str, capsys: pytest.CaptureFixture[str]) -> str:
@@ -107,9 +109,10 @@ def test_a_new_setting_needs_only_its_declaration(monkeypatch: pytest.MonkeyPatc
     # subclass with the field), the CLI, the server's schema, the manifest and native_params take it
     monkeypatch.setattr(config, "SETTING_SPECS", settings_of(WithMinP))
     for command in ("speak", "batch"):
-        assert "--min-p MIN_P" in _help(command, capsys)
-    args = _parse("speak", "-m", "m.gguf", "-p", "hi", "--min-p", "0.05")
-    assert speak.sampling(args) == {"min_p": 0.05}
+        text = _help(command, capsys)
+        assert "--min-p MIN_P" in text and "--mirostat, --no-mirostat" in text
+    args = _parse("speak", "-m", "m.gguf", "-p", "hi", "--min-p", "0.05", "--mirostat")
+    assert speak.sampling(args) == {"min_p": 0.05, "mirostat": True}
     with pytest.raises(SystemExit):
         _parse("speak", "-m", "m.gguf", "-p", "hi", "--min-p", "2")
     assert "--min-p: min_p must be a finite number in [0, 1], got 2.0" in capsys.readouterr().err
@@ -119,11 +122,12 @@ def test_a_new_setting_needs_only_its_declaration(monkeypatch: pytest.MonkeyPatc
     request = schemas.request_model()
     assert request.model_json_schema()["properties"]["min_p"]["anyOf"] == [{"type": "number"}, {"type": "null"}]
     assert request(model="m", input="hi", min_p=0.1, top_k=3).sampling() == {"top_k": 3, "min_p": 0.1}
+    assert "mirostat" not in request.model_fields  # declared server=False
     app = FastAPI()
     app.post("/v1/audio/speech")(_endpoint(request))
     assert "min_p" in app.openapi()["components"]["schemas"]["SpeechRequest"]["properties"]
 
-    assert "min_p" in manifest.fields()
+    assert {"min_p", "mirostat"} <= set(manifest.fields())
     item = manifest.parse_item({"id": "a", "text": "x", "min_p": 0.5}, 1)
     assert item.sampling == {"min_p": 0.5} and item.row()["min_p"] == 0.5
     with pytest.raises(ValueError, match="min_p"):
@@ -139,7 +143,7 @@ def test_a_new_setting_needs_only_its_declaration(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(engine, "core", FakeCore)
     native = engine.native_params(resolved.for_piece(0, "x"))
-    assert (native.talker.min_p, native.talker.top_k, native.subtalker.top_k) == (0.5, 50, 50)
+    assert (native.talker.min_p, native.mirostat, native.talker.top_k, native.subtalker.top_k) == (0.5, False, 50, 50)
 
 
 def _endpoint(request: type) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..runtime import config
 from ..runtime.model import OPS
 from ..runtime.text import SPLIT_ABOVE_CHARS
 from .args import CliError, decode_text, frame_budget, utf8
@@ -39,8 +40,6 @@ def sampling(args: argparse.Namespace) -> dict[str, Any]:
     """The generation settings given on the command line; the model's defaults fill the rest.
     The flags are the settings declared with a flag (runtime/config.py), each flag's dest the
     setting's name (--top-k -> top_k); --greedy turns off sampling in both networks (GREEDY)."""
-    from ..runtime import config
-
     s = {k: getattr(args, k) for k, spec in config.SETTING_SPECS.items() if spec.cli and getattr(args, k) is not None}
     if args.greedy:
         s.update(dict.fromkeys(GREEDY, False))
@@ -288,8 +287,6 @@ def _add_voice_arguments(s: argparse.ArgumentParser) -> None:
 def add_sampling_arguments(s: argparse.ArgumentParser, split: bool = True) -> None:
     """The sampling flags (shared with `batch`, whose items are never split differently: no
     --no-split): one per setting declared with a flag, in declaration order (runtime/config.py)."""
-    from ..runtime import config
-
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
     g.add_argument("-s", "--seed", type=seed_arg,
                    help="sampling seed in [0, 2**64) (default: random, reported by --json)")
