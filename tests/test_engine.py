@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import qtts
-from qtts.runtime.config import GenerationConfig
+from qtts.runtime.config import GenerationConfig, frame_budget_of
 from qtts.runtime.engine import Engine, native_params
 
 TEXT = "Hello world, this is a tiny test."
@@ -74,7 +74,7 @@ def test_piece_configs_and_native_params() -> None:
     with pytest.raises(ValueError, match="for_piece"):
         native_params(config)
     piece = config.for_piece(1, "Hi.")
-    assert piece.seed == 0 and piece.frame_budget == int(128 + 1.4 * 3) and piece.frame_limit == 99
+    assert piece.seed == 0 and piece.frame_budget == frame_budget_of("Hi.", "auto") and piece.frame_limit == 99
     native = native_params(piece)
     assert (native.seed, native.frame_budget, native.max_new_tokens) == (0, piece.frame_budget, 100)
     assert (native.talker.temperature, native.subtalker.top_k) == (pytest.approx(piece.temperature),

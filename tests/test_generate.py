@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts.runtime.config import MAX_NEW_TOKENS
+from qtts.runtime.config import MAX_NEW_TOKENS, frame_budget_of
 from qtts.runtime.prompt import build_prompt, resolve_voice
 
 TEXT = "Hello world, this is a tiny test."
@@ -298,7 +298,8 @@ def test_frame_budget(models):
     assert full.stop_reason == "max_new_tokens" and full.codes.shape == (49, 16)
     np.testing.assert_array_equal(r.codes, full.codes[:7])
     auto = m.generate_codes(TEXT, **request, max_new_tokens=400, **GREEDY)
-    assert auto.stop_reason == "budget" and auto.codes.shape[0] == 128 + int(1.4 * len(TEXT))
+    # "auto": the text's own budget (tests/test_settings.py checks what it allows)
+    assert auto.stop_reason == "budget" and auto.codes.shape[0] == frame_budget_of(TEXT, "auto")
     for bad in (0, -3, "big", 2**31):
         with pytest.raises(ValueError, match="frame_budget"):
             m.generate_codes(TEXT, **request, frame_budget=bad)

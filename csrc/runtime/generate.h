@@ -11,26 +11,27 @@
 
 namespace qtts {
 
-// The reference's generate() default for min_new_tokens (not in generation_config.json).
-inline constexpr int kMinNewTokens = 2;
-// The reference's max_new_tokens when generation_config.json gives none.
-inline constexpr int kMaxNewTokens = 2048;
+// The structs carry no reference values: the qwen-tts defaults (generation_config.json's and
+// generate()'s) have one home, python/qtts/runtime/config.py, which fills every field of
+// GenerateParams (engine.native_params); a model's own copy is read from its GGUF into
+// GenerationDefaults (read_metadata requires every key). The initializers are neutral: no
+// sampling, no repetition penalty, no EOS mask, the talker's whole context.
+inline constexpr int kMaxNewTokens = 32768;  // the talker's context (max_position_embeddings)
 
 // One generation's settings: the talker samples cb0, the subtalker (the code predictor) cb1..
 struct GenerateParams {
     SamplingParams talker, subtalker;
     float repetition_penalty = 1.0f;
     int max_new_tokens = kMaxNewTokens;  // sampled cb0 tokens, EOS included: at most max_new_tokens - 1 frames
-    int min_new_tokens = kMinNewTokens;  // EOS is masked until this many cb0 tokens exist
+    int min_new_tokens = 0;              // EOS is masked until this many cb0 tokens exist
     int frame_budget = 0;                // the runaway guard: at most this many frames; 0: none
     uint64_t seed = 0;
 };
 
-// A model's generation_config.json, as the converter stored it (the reference's defaults
-// when the file has none).
+// A model's generation_config.json, as the converter stored it in the GGUF.
 struct GenerationDefaults {
-    SamplingParams talker{true, 0.9f, 50, 1.0f}, subtalker{true, 0.9f, 50, 1.0f};
-    float repetition_penalty = 1.05f;
+    SamplingParams talker, subtalker;
+    float repetition_penalty = 1.0f;
     int max_new_tokens = kMaxNewTokens;
 };
 

@@ -10,13 +10,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..runtime.config import SETTINGS, check_seed, check_setting
+from ..runtime import config
+from ..runtime.config import check_seed, check_setting, parse_frame_budget
 
 # The fields an item may carry: qwen-tts's names for the request arguments and sampling settings.
 TEXT_FIELDS = ("speaker", "language", "instruct", "ref_text")
 PATH_FIELDS = ("voice", "ref_audio")
-FIELDS = ("id", "text", *TEXT_FIELDS, *PATH_FIELDS, "x_vector_only_mode", "seed", "frame_budget", *SETTINGS)
-INT_FIELDS = frozenset(("seed", "top_k", "subtalker_top_k", "max_new_tokens", "min_new_tokens"))
+
+
+def fields() -> tuple[str, ...]:
+    """Every manifest field: the request's, then every declared generation setting
+    (config.SETTING_SPECS, read when called)."""
+    return ("id", "text", *TEXT_FIELDS, *PATH_FIELDS, "x_vector_only_mode", "seed", "frame_budget",
+            *config.SETTING_SPECS)
+
+
+FIELDS = fields()
 # An id names its output file: no separators, no leading dot, and short enough for any file system.
 ID_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -60,7 +69,7 @@ class Item:
                     voice=self.voice, ref_audio=self.ref_audio, ref_text=self.ref_text,
                     x_vector_only_mode=self.x_vector_only_mode, seed=self.seed,
                     frame_budget="none" if fb is None else str(fb),
-                    **{k: self.sampling.get(k) for k in SETTINGS})
+                    **{k: self.sampling.get(k) for k in config.SETTING_SPECS})
 
 
 @dataclass(frozen=True)
@@ -88,21 +97,11 @@ def _text(name: str, value: Any, *, empty: bool = True) -> str:
     return value
 
 
-def _frame_budget(value: Any) -> int | str | None:
-    if isinstance(value, str) and value.strip().lower() in ("auto", "none"):
-        return None if value.strip().lower() == "none" else "auto"
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"frame_budget must be 'auto', 'none' or a positive integer, got {value!r}")
-    if not 1 <= value < 2**31:
-        raise ValueError(f"frame_budget must be in [1, 2**31), got {value}")
-    return value
-
-
 def _integral(name: str, value: Any) -> Any:
     """JSON and Arrow hand integers over as floats at times (1.0): take those, refuse 1.5."""
-    if name in INT_FIELDS and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+    spec = config.SETTING_SPECS.get(name)
+    integer = name == "seed" or (spec is not None and spec.kind is int)
+    if integer and isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     return value
 
@@ -113,9 +112,10 @@ def parse_item(obj: Any, line: int, base: Path | None = None, defaults: dict[str
     voice and ref_audio paths are resolved against `base`, the manifest's folder."""
     if not isinstance(obj, dict):
         raise TypeError(f"expected a JSON object, got {type(obj).__name__}")
-    unknown = [k for k in obj if k not in FIELDS]
+    known = fields()
+    unknown = [k for k in obj if k not in known]
     if unknown:
-        raise ValueError(f"unknown field(s) {', '.join(map(repr, unknown))} (fields: {', '.join(FIELDS)})")
+        raise ValueError(f"unknown field(s) {', '.join(map(repr, unknown))} (fields: {', '.join(known)})")
     given = {k: v for k, v in obj.items() if v is not None}
     if defaults and not any(k in given for k in ("voice", "ref_audio")):
         given = {**{k: v for k, v in defaults.items() if v is not None}, **given}
@@ -150,8 +150,8 @@ def parse_item(obj: Any, line: int, base: Path | None = None, defaults: dict[str
     if "seed" in given:
         kw["seed"] = check_seed(_integral("seed", given["seed"]))
     if "frame_budget" in given:
-        kw["frame_budget"] = _frame_budget(given["frame_budget"])
-    kw["sampling"] = {k: check_setting(k, _integral(k, given[k])) for k in SETTINGS if k in given}
+        kw["frame_budget"] = parse_frame_budget(given["frame_budget"])
+    kw["sampling"] = {k: check_setting(k, _integral(k, given[k])) for k in config.SETTING_SPECS if k in given}
     _check_voice_fields(kw)
     return Item(**kw)
 

@@ -41,10 +41,11 @@ def checked(kind: type, check: Callable[[Any], Any]) -> Callable[[str], Any]:
 
 
 def setting(name: str) -> Callable[[str], Any]:
-    from ..runtime.config import check_setting
+    """A generation setting's flag: parsed as its declared type (runtime/config.py), then checked."""
+    from ..runtime.config import SETTING_SPECS, check_value
 
-    kind = int if name.endswith(("top_k", "new_tokens")) else float
-    return checked(kind, lambda v: check_setting(name, v))
+    spec = SETTING_SPECS[name]
+    return checked(int if spec.kind is int else float, lambda v: check_value(name, spec, v))
 
 
 def seed(value: str) -> int:
@@ -84,16 +85,13 @@ def decode_text(data: bytes, where: str) -> str:
 
 
 def frame_budget(value: str) -> int | str | None:
-    v = value.strip().lower()
-    if v in ("auto", "none"):
-        return None if v == "none" else "auto"
+    """--frame-budget: config.parse_frame_budget, the one reader of a frame budget."""
+    from ..runtime.config import parse_frame_budget
+
     try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 2**31 - 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto', 'none' or an integer in [1, 2**31), got {value!r}")
-    return n
+        return parse_frame_budget(value)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def vocoder_threads(value: str) -> int | None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..convert.hfconfig import GENERATION_DEFAULTS
+from ..runtime import config
 from ..runtime.model import OPS
 from ..runtime.text import SPLIT_ABOVE_CHARS
 from .args import CliError, decode_text, frame_budget, utf8
@@ -32,17 +32,17 @@ if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usag
     from ..runtime.voice import Voice
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
-# The sampling flags whose value passes to synthesize() unchanged: each flag's dest is the
-# setting's name in qwen-tts's generate() (--top-k -> top_k); --greedy sets do_sample and
-# subtalker_dosample, and -s/--seed, --frame-budget keep their names too.
-SAMPLING_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty", "max_new_tokens")
+# The settings --greedy turns off: the one flag of the two networks' do_sample.
+GREEDY = ("do_sample", "subtalker_dosample")
 
 
 def sampling(args: argparse.Namespace) -> dict[str, Any]:
-    """The generation settings given on the command line; the model's defaults fill the rest."""
-    s = {k: getattr(args, k) for k in SAMPLING_SETTINGS if getattr(args, k) is not None}
+    """The generation settings given on the command line; the model's defaults fill the rest.
+    The flags are the settings declared with a flag (runtime/config.py), each flag's dest the
+    setting's name (--top-k -> top_k); --greedy turns off sampling in both networks (GREEDY)."""
+    s = {k: getattr(args, k) for k, spec in config.SETTING_SPECS.items() if spec.cli and getattr(args, k) is not None}
     if args.greedy:
-        s.update(do_sample=False, subtalker_dosample=False)
+        s.update(dict.fromkeys(GREEDY, False))
     return s
 
 
@@ -285,24 +285,19 @@ def _add_voice_arguments(s: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_arguments(s: argparse.ArgumentParser, split: bool = True) -> None:
-    """The sampling flags (shared with `batch`, whose items are never split differently: no --no-split)."""
-    released = GENERATION_DEFAULTS  # the released models' generation_config, the converter's fallback
+    """The sampling flags (shared with `batch`, whose items are never split differently: no
+    --no-split): one per setting declared with a flag, in declaration order (runtime/config.py)."""
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
     g.add_argument("-s", "--seed", type=seed_arg,
                    help="sampling seed in [0, 2**64) (default: random, reported by --json)")
-    g.add_argument("--temperature", type=setting_arg("temperature"),
-                   help="talker sampling temperature: lower is steadier, higher more varied "
-                        f"(model default {released['temperature']})")
-    g.add_argument("--top-k", type=setting_arg("top_k"),
-                   help="sample the talker's first codebook from the K most likely codes (0: all)")
-    g.add_argument("--top-p", type=setting_arg("top_p"),
-                   help="nucleus sampling: the smallest set of codes whose probability reaches P, in (0, 1]")
-    g.add_argument("--repetition-penalty", type=setting_arg("repetition_penalty"),
-                   help="above 1 discourages repeating first-codebook codes "
-                        f"(model default {released['repetition_penalty']})")
-    g.add_argument("--greedy", action="store_true", help="no sampling, talker and code predictor")
-    g.add_argument("--max-new-tokens", type=setting_arg("max_new_tokens"),
-                   help="at most this many frames - 1 (12.5 frames per second; at least 2)")
+    for name, spec in config.SETTING_SPECS.items():
+        text = spec.help.format(default=spec.default)
+        if spec.cli and spec.kind is bool:  # --name / --no-name
+            g.add_argument(config.flag_of(name), action=argparse.BooleanOptionalAction, help=text)
+        elif spec.cli:
+            g.add_argument(config.flag_of(name), type=setting_arg(name), help=text)
+        if name == GREEDY[-1]:  # listed where the last setting it sets is declared
+            g.add_argument("--greedy", action="store_true", help="no sampling, talker and code predictor")
     g.add_argument("--frame-budget", type=frame_budget, default="auto", metavar="N|auto|none",
                    help="runaway guard: the most frames per sentence (default: auto, from the text)")
     if not split:

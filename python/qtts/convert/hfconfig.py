@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..runtime.config import model_defaults
 from .names import KV
 
 VARIANTS = ("base", "custom_voice", "voice_design")
-GENERATION_DEFAULTS: dict[str, Any] = {
-    "do_sample": True, "temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
-    "subtalker_dosample": True, "subtalker_temperature": 0.9, "subtalker_top_k": 50,
-    "subtalker_top_p": 1.0, "max_new_tokens": 2048,
-}
+# The released models' generation_config.json values, for a checkpoint without the file or some
+# of its keys: declared with the settings (runtime/config.py), their one home.
+GENERATION_DEFAULTS: dict[str, Any] = model_defaults()
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,21 @@
 """The generation settings: one frozen, validated GenerationConfig with the qwen-tts names.
 
+Each setting is declared once, as a GenerationConfig field whose metadata (a `Setting`) says
+its type and range, its reference default, the native field it fills, its command-line flag and
+whether the server takes it. Everything else is derived from those declarations: the checks
+here, `SETTINGS`, the CLI flags of speak and batch (cli/speak.py), the server's request body
+(server/schemas.py), the manifest fields (bulk/manifest.py), the converter's fallback defaults
+(convert/hfconfig.py), and engine.read_defaults / engine.native_params (docs/architecture.md,
+"Adding a sampling parameter").
+
 Settings left as None take the model's generation defaults (the GGUF copy of
 generation_config.json), as the reference's wrapper merges them; every value is checked here,
-before any reaches C++ (docs/architecture.md, "Adding a sampling parameter").
+before any reaches C++.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 import secrets
@@ -15,13 +24,6 @@ from typing import Any
 
 import numpy as np
 
-# The sampling keyword arguments synthesize/stream/generate_codes take (seed and frame_budget
-# are arguments of their own).
-SETTINGS = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "subtalker_dosample",
-            "subtalker_temperature", "subtalker_top_k", "subtalker_top_p", "max_new_tokens", "min_new_tokens")
-# The reference's generate() default, not part of generation_config.json: EOS is masked until two
-# frames exist (docs/model.md, "Generation loop").
-MIN_NEW_TOKENS = 2
 MAX_NEW_TOKENS = 32768  # the talker's context (max_position_embeddings); the KV cache is sized from it
 INT32_MAX = 2**31 - 1
 SEED_LIMIT = 2**64
@@ -32,44 +34,90 @@ FrameBudget = int | str | None  # "auto", a number of frames, or None for no lim
 
 
 @dataclass(frozen=True)
+class Setting:
+    """One generation setting's declaration (the metadata of its GenerationConfig field)."""
+    kind: type               # bool, int or float
+    native: str              # the GenerateParams field it fills, dotted below a network: "talker.top_k"
+    default: Any             # the reference's value: generation_config.json's, or generate()'s
+    lo: float = 0            # the range [lo, hi] ((lo, hi] with open_lo) of an int or float
+    hi: float = 0
+    open_lo: bool = False
+    # generation_config.json holds it: a model's own value is stored in its GGUF and read back
+    # (engine.read_defaults); `default` is then the converter's fallback. Otherwise `default` is
+    # the value of every call that leaves the setting out.
+    in_model: bool = True
+    cli: bool = False        # a command-line flag of speak and batch: --top-k for top_k
+    help: str = ""           # the flag's help; {default} stands for `default`
+    server: bool = True      # a field of the server's request body (through extra_body)
+
+
+def flag_of(name: str) -> str:
+    """A setting's command-line flag: its name with dashes (top_k: --top-k)."""
+    return "--" + name.replace("_", "-")
+
+
+def setting(kind: type, native: str, default: Any, *, lo: float = 0, hi: float = 0, open_lo: bool = False,
+            in_model: bool = True, cli: bool = False, help: str = "", server: bool = True) -> Any:
+    """A GenerationConfig field declared as a generation setting."""
+    return dataclasses.field(metadata={"setting": Setting(kind, native, default, lo, hi, open_lo, in_model, cli,
+                                                          help, server)})
+
+
+@dataclass(frozen=True, kw_only=True)
 class GenerationConfig:
     """Validated settings of one generation. Build it with `resolve`; a request's config keeps the
     caller's frame_budget ("auto", an integer or None) and `for_piece` turns it into the piece's
-    own frame count (None: no limit) and seed."""
-    do_sample: bool
-    temperature: float
-    top_k: int
-    top_p: float
-    repetition_penalty: float
-    subtalker_dosample: bool
-    subtalker_temperature: float
-    subtalker_top_k: int
-    subtalker_top_p: float
-    max_new_tokens: int
-    min_new_tokens: int
+    own frame count (None: no limit) and seed.
+
+    Declaring a field with `setting(...)` is all it takes to add a setting on the Python side."""
+    do_sample: bool = setting(bool, "talker.do_sample", True)
+    # 0 passes for greedy decoding, which ignores it (resolve)
+    temperature: float = setting(float, "talker.temperature", 0.9, lo=0.0, hi=SCALE_RANGE[1], cli=True,
+                                 help="talker sampling temperature: lower is steadier, higher more varied "
+                                      "(model default {default})")
+    # above the vocabulary it keeps every token, as torch
+    top_k: int = setting(int, "talker.top_k", 50, lo=0, hi=INT32_MAX, cli=True,
+                         help="sample the talker's first codebook from the K most likely codes (0: all)")
+    top_p: float = setting(float, "talker.top_p", 1.0, lo=0.0, hi=1.0, open_lo=True, cli=True,
+                           help="nucleus sampling: the smallest set of codes whose probability reaches P, in (0, 1]")
+    repetition_penalty: float = setting(float, "repetition_penalty", 1.05, lo=SCALE_RANGE[0], hi=SCALE_RANGE[1],
+                                        cli=True, help="above 1 discourages repeating first-codebook codes "
+                                                       "(model default {default})")
+    subtalker_dosample: bool = setting(bool, "subtalker.do_sample", True)
+    subtalker_temperature: float = setting(float, "subtalker.temperature", 0.9, lo=0.0, hi=SCALE_RANGE[1])
+    subtalker_top_k: int = setting(int, "subtalker.top_k", 50, lo=0, hi=INT32_MAX)
+    subtalker_top_p: float = setting(float, "subtalker.top_p", 1.0, lo=0.0, hi=1.0, open_lo=True)
+    # the reference emits at most max_new_tokens - 1 frames: 1 would always give empty audio
+    max_new_tokens: int = setting(int, "max_new_tokens", 2048, lo=2, hi=MAX_NEW_TOKENS, cli=True,
+                                  help="at most this many frames - 1 (12.5 frames per second; at least 2)")
+    # generate()'s default, not in generation_config.json: EOS is masked until two frames exist
+    # (docs/model.md, "Generation loop")
+    min_new_tokens: int = setting(int, "min_new_tokens", 2, lo=0, hi=MAX_NEW_TOKENS, in_model=False,
+                                  server=False)
     seed: int
     frame_budget: FrameBudget = "auto"
 
     @classmethod
     def resolve(cls, defaults: dict[str, Any], given: dict[str, Any], seed: int | None = None,
-                frame_budget: FrameBudget = "auto") -> GenerationConfig:
+                frame_budget: Any = "auto") -> GenerationConfig:
         """Merge explicit settings over the defaults and check them all: TypeError for a wrong type
-        (bool is not an integer), ValueError for a value out of range, each naming the setting."""
-        defaults = {"min_new_tokens": MIN_NEW_TOKENS, **defaults}
+        (bool is not an integer), ValueError for a value out of range, each naming the setting.
+        `defaults` holds the model's values of the settings generation_config.json has."""
+        specs = settings_of(cls)
         s: dict[str, Any] = {}
-        for k in SETTINGS:
+        for k, spec in specs.items():
             v = given.get(k)
             if v is None:
-                v = defaults[k]
-                if k in ("do_sample", "subtalker_dosample"):
+                v = defaults[k] if spec.in_model else defaults.get(k, spec.default)
+                if spec.kind is bool:
                     v = bool(v)  # a GGUF may store the flag as an integer
-            s[k] = check_setting(k, v)
+            s[k] = check_value(k, spec, v)
         for prefix, sampling in (("", s["do_sample"]), ("subtalker_", s["subtalker_dosample"])):
             if sampling and s[prefix + "temperature"] < SCALE_RANGE[0]:
                 raise ValueError(f"{prefix}temperature must be at least {SCALE_RANGE[0]:g} when sampling, "
                                  f"got {s[prefix + 'temperature']}")
         s["seed"] = check_seed(secrets.randbits(63) if seed is None else seed)
-        return cls(**s, frame_budget=check_frame_budget(frame_budget))
+        return cls(**s, frame_budget=parse_frame_budget(frame_budget))
 
     def for_piece(self, index: int, text: str) -> GenerationConfig:
         """The config of text piece `index`: a seed of its own derived from the request's, and the
@@ -87,6 +135,26 @@ class GenerationConfig:
         return most
 
 
+@functools.cache
+def settings_of(cls: type) -> dict[str, Setting]:
+    """The settings a config class declares, in declaration order, by name."""
+    return {f.name: f.metadata["setting"] for f in dataclasses.fields(cls) if "setting" in f.metadata}
+
+
+# Every generation setting, by name: the list the CLI, the server, manifests and the engine derive
+# theirs from (they read it when they build their pieces, so a test may patch it).
+SETTING_SPECS = settings_of(GenerationConfig)
+# The sampling keyword arguments synthesize/stream/generate_codes take (seed and frame_budget
+# are arguments of their own).
+SETTINGS = tuple(SETTING_SPECS)
+
+
+def model_defaults(specs: dict[str, Setting] | None = None) -> dict[str, Any]:
+    """The reference's generation_config.json values: the converter's fallback for a checkpoint
+    without one (or without some of its keys)."""
+    return {k: s.default for k, s in (specs or SETTING_SPECS).items() if s.in_model}
+
+
 def frame_budget_of(text: str, budget: FrameBudget) -> int | None:
     """The runaway guard: the most frames a text may plausibly need, or None for no limit.
 
@@ -95,18 +163,33 @@ def frame_budget_of(text: str, budget: FrameBudget) -> int | None:
     generation that lost its EOS (about 1 in 200 sampled runs) runs to the cap
     (docs/model.md, "Generation loop").
     """
+    budget = parse_frame_budget(budget)
     if budget == "auto":
         heavy = sum(1 for ch in text if ch.isdigit() or _is_cjk(ch))
         return int(128 + 1.4 * (len(text) - heavy) + 8 * heavy)
-    return check_frame_budget(budget)  # type: ignore[return-value]
+    return budget  # type: ignore[return-value]
 
 
-def check_frame_budget(budget: Any) -> FrameBudget:
-    if budget is None or budget == "auto":
-        return budget
-    if isinstance(budget, str):
-        raise ValueError(f"frame_budget must be 'auto', None or a positive integer, got {budget!r}")
-    return check_int("frame_budget", budget, 1, INT32_MAX)
+def parse_frame_budget(value: Any) -> FrameBudget:
+    """The one reader of a frame budget, whatever it comes from (the API, --frame-budget, a
+    manifest field): "auto"; no limit as None or "none"; or a number of frames in [1, 2**31),
+    an integer or its decimal text. Case and surrounding blanks of text do not matter.
+    ValueError for another text or a number out of range, TypeError for another type."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("auto", "none"):
+            return None if text == "none" else "auto"
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"frame_budget must be 'auto', 'none' or an integer in [1, 2**31), got {value!r}") \
+                from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"frame_budget must be 'auto', 'none' or a positive integer, got {type(value).__name__} "
+                        f"{value!r}")
+    return check_int("frame_budget", value, 1, INT32_MAX)
 
 
 def _is_cjk(ch: str) -> bool:
@@ -149,21 +232,15 @@ def check_seed(seed: Any) -> int:
 
 
 def check_setting(name: str, value: Any) -> Any:
-    """One generation setting, checked and normalised (TypeError / ValueError naming it)."""
-    base = name.removeprefix("subtalker_")
-    if base in ("do_sample", "dosample"):
+    """One generation setting, checked and normalised (TypeError / ValueError naming it); KeyError
+    for a name that is no setting."""
+    return check_value(name, SETTING_SPECS[name], value)
+
+
+def check_value(name: str, spec: Setting, value: Any) -> Any:
+    """A value of the declared setting `spec`: its type and range."""
+    if spec.kind is bool:
         return check_bool(name, value)
-    if base == "temperature":  # 0 passes for greedy decoding, which ignores it (GenerationConfig.resolve)
-        return check_float(name, value, 0.0, SCALE_RANGE[1])
-    if base == "top_k":
-        return check_int(name, value, 0, INT32_MAX)  # above the vocabulary it keeps every token, as torch
-    if base == "top_p":
-        return check_float(name, value, 0.0, 1.0, open_lo=True)
-    if name == "repetition_penalty":
-        return check_float(name, value, *SCALE_RANGE)
-    if name == "max_new_tokens":
-        # the reference emits at most max_new_tokens - 1 frames: 1 would always give empty audio
-        return check_int(name, value, 2, MAX_NEW_TOKENS)
-    if name == "min_new_tokens":
-        return check_int(name, value, 0, MAX_NEW_TOKENS)
-    raise KeyError(name)
+    if spec.kind is int:
+        return check_int(name, value, int(spec.lo), int(spec.hi))
+    return check_float(name, value, spec.lo, spec.hi, open_lo=spec.open_lo)

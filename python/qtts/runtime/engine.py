@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._native import core
-from .config import GenerationConfig
+from .config import SETTING_SPECS, GenerationConfig, settings_of
 
 # What a generation returns: codes [frames, code groups] int32, the stop reason ("eos",
 # "max_new_tokens", "budget", "cancelled"; None while a stepped generation goes on) and the
@@ -32,28 +32,33 @@ SlotStep = tuple[int, np.ndarray, str | None, dict[str, float]]
 
 
 def native_params(config: GenerationConfig) -> Any:
-    """A piece's GenerationConfig as the binding's GenerateParams: the only place that knows it."""
+    """A piece's GenerationConfig as the binding's GenerateParams: each declared setting fills the
+    native field its declaration names (config.Setting.native), then the seed and frame budget."""
     if isinstance(config.frame_budget, str):
         raise ValueError("a request's frame_budget must be resolved for its text first (GenerationConfig.for_piece)")
-    return core.GenerateParams(
-        talker=core.SamplingParams(do_sample=config.do_sample, temperature=config.temperature, top_k=config.top_k,
-                                   top_p=config.top_p),
-        subtalker=core.SamplingParams(do_sample=config.subtalker_dosample, temperature=config.subtalker_temperature,
-                                      top_k=config.subtalker_top_k, top_p=config.subtalker_top_p),
-        repetition_penalty=config.repetition_penalty, max_new_tokens=config.max_new_tokens,
-        min_new_tokens=config.min_new_tokens, seed=config.seed,
-        frame_budget=config.frame_budget or 0)  # 0: no runaway guard
+    params = core.GenerateParams(seed=config.seed, frame_budget=config.frame_budget or 0)  # 0: no runaway guard
+    for name, spec in settings_of(type(config)).items():
+        *path, field = spec.native.split(".")
+        target = params
+        for part in path:  # talker / subtalker: the binding hands out the member itself, not a copy
+            target = getattr(target, part)
+        setattr(target, field, getattr(config, name))
+    return params
 
 
 def read_defaults(native: Any) -> dict[str, Any]:
     """A native model's generation defaults (its copy of generation_config.json) by qwen-tts name:
-    the only reader of the binding's GenerationDefaults."""
+    the only reader of the binding's GenerationDefaults, which has the native fields of the
+    settings declared in_model."""
     d = native.generation_defaults
-    return {"do_sample": d.talker.do_sample, "temperature": d.talker.temperature, "top_k": d.talker.top_k,
-            "top_p": d.talker.top_p, "repetition_penalty": d.repetition_penalty,
-            "subtalker_dosample": d.subtalker.do_sample, "subtalker_temperature": d.subtalker.temperature,
-            "subtalker_top_k": d.subtalker.top_k, "subtalker_top_p": d.subtalker.top_p,
-            "max_new_tokens": d.max_new_tokens}
+    out: dict[str, Any] = {}
+    for name, spec in SETTING_SPECS.items():
+        if spec.in_model:
+            value = d
+            for part in spec.native.split("."):
+                value = getattr(value, part)
+            out[name] = value
+    return out
 
 
 def read_tokenizer(path: str) -> tuple[list[str], list[int], list[str]]:

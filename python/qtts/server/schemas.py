@@ -1,11 +1,15 @@
 """Request bodies with OpenAI's field names, plus qwen-tts's through `extra_body`
 (docs/serving.md, "Server"). Types and ranges the API itself fixes are checked here; the
-generation settings are checked by GenerationConfig and the model, as for every other caller."""
+generation settings are checked by GenerationConfig and the model, as for every other caller.
+The settings' fields are derived from their declarations (runtime/config.py): each setting
+declared `server` is an optional field of its declared type."""
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from ..runtime import config
 
 # OpenAI's limit for input; also the bound of the other texts that become prompt tokens
 # (instructions, a description in voice, ref_text). Longer input is split into sentences anyway.
@@ -15,14 +19,10 @@ SEED_LIMIT = 2**64
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 StreamFormat = Literal["audio", "sse"]
 
-# Fields forwarded to the scheduler under their own names (Model.stream's keyword arguments).
-SAMPLING_FIELDS = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty", "subtalker_dosample",
-                   "subtalker_temperature", "subtalker_top_k", "subtalker_top_p", "max_new_tokens")
 
-
-class SpeechRequest(BaseModel):
-    """POST /v1/audio/speech. Unknown fields are refused (a misspelt setting would otherwise be
-    silently ignored)."""
+class RequestFields(BaseModel):
+    """POST /v1/audio/speech without the generation settings. Unknown fields are refused (a
+    misspelt setting would otherwise be silently ignored)."""
     model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str = Field(min_length=1)
@@ -35,22 +35,26 @@ class SpeechRequest(BaseModel):
     # qwen-tts names, through the OpenAI client's extra_body
     language: str = "auto"
     seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
-    do_sample: bool | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    subtalker_dosample: bool | None = None
-    subtalker_temperature: float | None = None
-    subtalker_top_k: int | None = None
-    subtalker_top_p: float | None = None
-    max_new_tokens: int | None = None
     ref_audio: str | None = Field(None, description="base64 of a reference clip (WAV, FLAC or OGG)")
     ref_text: str | None = Field(None, max_length=MAX_INPUT_CHARS)
     x_vector_only_mode: bool = False
 
     def sampling(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in SAMPLING_FIELDS if getattr(self, k) is not None}
+        """The generation settings given (Model.stream's keyword arguments under their own names)."""
+        return {k: v for k in type(self).model_fields if k not in RequestFields.model_fields
+                if (v := getattr(self, k)) is not None}
+
+
+def request_model() -> type[RequestFields]:
+    """The request body: RequestFields plus one optional field per setting the server takes, read
+    from config.SETTING_SPECS when called."""
+    settings: dict[str, Any] = {name: (spec.kind | None, None) for name, spec in config.SETTING_SPECS.items()
+                                if spec.server}
+    return create_model("SpeechRequest", __base__=RequestFields, __module__=__name__, **settings)
+
+
+# POST /v1/audio/speech (imported by the server's routes and annotated on their handlers).
+SpeechRequest = request_model()
 
 
 def model_list(model_id: str, created: int) -> dict[str, Any]:
