@@ -38,6 +38,7 @@ def test_bench_serve_command(gguf_dir: Path, tmp_path: Path) -> None:
         assert row["audio_s"] >= 3 * row["frames_min"] / 12.5 and row["audio_s_per_s"] > 0
         assert row["ms_per_frame"] > 0
         assert 0 < row["first_audio_p50_ms"] <= row["first_audio_p95_ms"] <= row["first_audio_max_ms"]
+        assert row["no_audio"] == 0
         assert isinstance(row["underruns"], int) and 0 <= row["underruns"] <= 3
         assert row["talker_step_nodes"] > 0
         assert row["load_avg_start"] >= 0 and row["load_avg_end"] >= 0
@@ -67,6 +68,7 @@ def test_summary_of_the_streams() -> None:
     streams = [_stream(0.0, 0.1, 10, 1.0), _stream(0.5, 0.3, 10, 2.0, lag=UNDERRUN_TOLERANCE_S + 0.01),
                _stream(1.0, 0.2, 5, 3.0, timed_out=True), _stream(1.5, None, 0, 1.6, status=429)]
     r = summarize(4, streams, SPF, RATE, (1.0, 2.0), 779)
+    assert r.no_audio == 0
     assert (r.requests, r.completed, r.rejected, r.failed, r.timed_out) == (4, 2, 1, 0, 1)
     assert r.audio_s == pytest.approx(25 * SPF / RATE) and r.wall_s == pytest.approx(3.0)
     assert r.audio_s_per_s == pytest.approx(2.0 / 3.0)
@@ -74,6 +76,16 @@ def test_summary_of_the_streams() -> None:
     assert r.first_audio_p50_ms == pytest.approx(200.0) and r.first_audio_max_ms == pytest.approx(300.0)
     assert r.underruns == 1 and r.worst_lag_ms == pytest.approx((UNDERRUN_TOLERANCE_S + 0.01) * 1e3)
     assert (r.frames_min, r.frames_max, r.talker_step_nodes) == (10, 10, 779)
+
+
+def test_requests_without_audio_are_late_not_left_out() -> None:
+    """A request still queued at the deadline counts as infinitely late: the percentiles it
+    reaches are None, the others stay figures."""
+    heard = [_stream(0.1 * i, 0.1 * (i + 1), 10, 2.0) for i in range(9)]
+    r = summarize(8, [*heard, _stream(1.0, None, 0, 3.0, timed_out=True)], SPF, RATE, (0.0, 0.0), 1)
+    assert r.no_audio == 1 and r.timed_out == 1 and r.completed == 9
+    assert r.first_audio_p50_ms == pytest.approx(550.0)
+    assert r.first_audio_p95_ms is None and r.first_audio_max_ms is None
 
 
 @pytest.mark.parametrize("flag,value", [("--batches", "1,0"), ("--batches", "1,x"), ("--batches", "257"),

@@ -31,6 +31,7 @@ BATCHES = (1, 2, 4, 8)
 VOICE_ID = "bench"
 START_TIMEOUT_S = 60.0
 WARMUP_FRAMES = 4
+SHUTDOWN_S = 10.0  # after the clients: the longest uvicorn waits for responses still open
 
 
 def parse_batches(value: str) -> list[int]:
@@ -64,10 +65,13 @@ class BatchResult:
     audio_s_per_s: float
     frames_min: int
     frames_max: int
-    ms_per_frame: float  # mean over completed streams: (last byte - request sent) / frames
-    first_audio_p50_ms: float
-    first_audio_p95_ms: float
-    first_audio_max_ms: float
+    ms_per_frame: float | None  # mean over completed streams: (last byte - request sent) / frames
+    # from request sent to first audio byte, over the requests the server accepted; one that had
+    # no audio by the deadline counts as infinitely late, and a percentile it reaches is None
+    first_audio_p50_ms: float | None
+    first_audio_p95_ms: float | None
+    first_audio_max_ms: float | None
+    no_audio: int  # accepted requests that had no audio by the deadline
     underruns: int  # streams whose received audio fell behind real time by over the tolerance
     worst_lag_ms: float  # the largest such shortfall over all streams
     load_avg_start: float
@@ -75,10 +79,16 @@ class BatchResult:
     talker_step_nodes: int
 
 
-def _percentile(xs: list[float], q: float) -> float:
+NEVER = 1e18  # ms: a request without audio by the deadline, in the percentiles
+
+
+def _percentile(xs: list[float], q: float) -> float | None:
     import numpy as np
 
-    return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
+    if not xs:
+        return None
+    v = float(np.percentile(np.asarray(xs), q))
+    return None if v >= NEVER / 2 else v
 
 
 def summarize(batch: int, streams: list[Stream], samples_per_frame: int, sample_rate: int, load: tuple[float, float],
@@ -90,16 +100,17 @@ def summarize(batch: int, streams: list[Stream], samples_per_frame: int, sample_
     wall = max((s.end_s for s in streams), default=0.0) - min((s.start_s for s in streams), default=0.0)
     frames = [s.samples // samples_per_frame for s in done]
     per_frame = [(s.end_s - s.start_s) * 1e3 / (s.samples / samples_per_frame) for s in done]
-    first = [s.first_audio_s * 1e3 for s in heard]  # type: ignore[operator]
+    accepted = [s for s in streams if s.status == 200 or s.timed_out]
+    first = [NEVER if s.first_audio_s is None else s.first_audio_s * 1e3 for s in accepted]
     return BatchResult(
         batch=batch, requests=len(streams), completed=len(done),
         rejected=sum(s.status not in (0, 200) for s in streams),
         failed=sum(s.status == 0 and not s.timed_out for s in streams), timed_out=sum(s.timed_out for s in streams),
         audio_s=audio, wall_s=wall, audio_s_per_s=audio / wall if wall > 0 else 0.0,
         frames_min=min(frames, default=0), frames_max=max(frames, default=0),
-        ms_per_frame=sum(per_frame) / len(per_frame) if per_frame else float("nan"),
+        ms_per_frame=sum(per_frame) / len(per_frame) if per_frame else None,
         first_audio_p50_ms=_percentile(first, 50), first_audio_p95_ms=_percentile(first, 95),
-        first_audio_max_ms=max(first, default=float("nan")),
+        first_audio_max_ms=_percentile(first, 100), no_audio=sum(s.first_audio_s is None for s in accepted),
         underruns=sum(s.lag_s > UNDERRUN_TOLERANCE_S for s in heard),
         worst_lag_ms=max((s.lag_s for s in heard), default=0.0) * 1e3,
         load_avg_start=load[0], load_avg_end=load[1], talker_step_nodes=nodes)
@@ -150,7 +161,8 @@ def live_server(m: Any, max_batch: int, max_queue: int, voices: Path) -> Iterato
 
     scheduler = Scheduler(m, max_batch=max_batch, max_queue=max_queue)
     app = create_app(m, scheduler, model_id="bench", voices_dir=voices)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False,
+                                           timeout_graceful_shutdown=SHUTDOWN_S))
     thread = threading.Thread(target=server.run, name="bench-uvicorn", daemon=True)
     thread.start()
     try:
@@ -230,8 +242,10 @@ def format_serve(r: dict[str, Any]) -> str:
         rows.append("".join(f"{title:>{w}}" for title, _, _, w in COLUMNS))
         for b in x["batches"].values():
             row = {**b, "frames": f"{b['frames_min']}-{b['frames_max']}"}
-            rows.append("".join(format(row[key], f">{w}{spec}") for _, key, spec, w in COLUMNS))
+            rows.append("".join(f"{'-':>{w}}" if row[key] is None else format(row[key], f">{w}{spec}")
+                                for _, key, spec, w in COLUMNS))
             if b["rejected"] or b["failed"] or b["timed_out"]:
                 rows.append(f"{'':>4}  {b['rejected']} refused, {b['failed']} failed, {b['timed_out']} cut at the "
-                            f"{r['duration']:g} s deadline")
+                            f"{r['duration']:g} s deadline ({b['no_audio']} of them before any audio; a first-"
+                            "audio figure they reach is shown as -)")
     return "\n".join(rows)
