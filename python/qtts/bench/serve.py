@@ -182,20 +182,25 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, clients: int, 
                  batches: list[int], device: str = "cpu", precision: str = "auto") -> dict[str, Any]:
     import qtts
 
+    from ..runtime.engine import available_devices
+
     m = qtts.Model(gguf, n_threads=threads, device=device, voice_cache=False, precision=precision)
     spf, sr = m.engine.samples_per_frame, m.sample_rate
     arrivals = poisson_arrivals(clients, rate, seed)
-    r: dict[str, Any] = {"device": m.device, "devices": m.devices, "precision": m.precision, "variant": m.variant,
-                         "frame_rate": m.engine.frame_rate, "batches": {}}
+    described = {d["name"]: d["description"] for d in available_devices()}
+    r: dict[str, Any] = {"device": m.device, "device_description": described.get(m.device, ""), "devices": m.devices,
+                         "precision": m.precision, "variant": m.variant, "frame_rate": m.engine.frame_rate,
+                         "batches": {}}
     with tempfile.TemporaryDirectory(prefix="qtts-bench-serve-") as tmp:
         voice, kw = _voice(m, Path(tmp))
+
+        def body(i: int, n: int) -> dict[str, Any]:  # request i, at most n frames
+            return {"model": "bench", "input": TEXT, **voice, "response_format": "pcm", "stream_format": "audio",
+                    "seed": seed + i, "max_new_tokens": n + 1}
+
         for b in batches:
             nodes = talker_step_nodes(m, kw, b, seed)
             with live_server(m, b, clients, Path(tmp)) as port:
-                def body(i: int, n: int) -> dict[str, Any]:
-                    return {"model": "bench", "input": TEXT, **voice, "response_format": "pcm",
-                            "stream_format": "audio", "seed": seed + i, "max_new_tokens": n + 1}
-
                 run_clients(port, [body(0, WARMUP_FRAMES)], [0.0], START_TIMEOUT_S, sr)  # the first graphs
                 load0 = os.getloadavg()[0]
                 streams = run_clients(port, [body(i, frames) for i in range(clients)], arrivals, duration, sr)
@@ -238,7 +243,7 @@ def format_serve(r: dict[str, Any]) -> str:
             f"underrun tolerance {r['underrun_tolerance_ms']:.0f} ms, load {r['load_avg']:.2f} -> "
             f"{r['load_avg_end']:.2f}"]
     for qtype, x in r["results"].items():
-        rows.append(f"{qtype} on {x['device']} ({x['precision']}):")
+        rows.append(f"{qtype} on {x['device']} {x.get('device_description', '')} ({x['precision']}):")
         rows.append("".join(f"{title:>{w}}" for title, _, _, w in COLUMNS))
         for b in x["batches"].values():
             row = {**b, "frames": f"{b['frames_min']}-{b['frames_max']}"}
