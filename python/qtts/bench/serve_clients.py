@@ -5,7 +5,8 @@ HTTP/1.1 connection on loopback, and recording when each piece of audio arrived.
 Underrun rule (docs/serving.md, "Benchmarking the server"): a player that starts at the first
 audio byte has played, t seconds later, t seconds of audio; the stream underruns if at some byte's
 arrival the audio received before it is shorter than the time since the first byte by more than
-UNDERRUN_TOLERANCE_S. Checked at every arrival, where the shortfall is largest.
+UNDERRUN_TOLERANCE_S. Checked at every arrival, where the shortfall is largest; a stream closed
+at the deadline is judged on the pieces it received (it is counted as timed out anyway).
 """
 from __future__ import annotations
 
