@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.common import TYPES
+from ..bench.serve import BATCHES, parse_batches
 from ..runtime.model import PRECISIONS
+from .args import checked
 from .args import vocoder_threads as vocoder_threads_arg
 
 # command -> (module of qtts.bench, its run and format functions)
@@ -19,6 +21,15 @@ COMMANDS = {"speed": ("speed", "run_speed", "format_speed"), "memory": ("memory"
             "serve": ("serve", "run_serve", "format_serve"), "batch": ("batch", "run_bulk", "format_bulk")}
 RELEASE_HELP = "released configuration to build (default 0.6B-Base)"
 DEVICE_HELP = "cpu (default), auto, or a ggml device name: where the model runs, as qtts.load(device=...)"
+
+
+def _positive(kind: type, name: str) -> Any:
+    def check(v: Any) -> Any:
+        if not v > 0:
+            raise ValueError(f"{name} must be positive, got {v}")
+        return v
+
+    return checked(kind, check)
 
 
 def _tail(p: argparse.ArgumentParser, quiet: str | None = "no per-configuration progress lines") -> None:
@@ -87,16 +98,29 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
     _tail(p, quiet="no per-case progress lines")
 
-    p = bs.add_parser("serve", help="batched serving: throughput at B = 1, 2, 4, 8 and time to first audio")
+    p = bs.add_parser("serve", help="the HTTP server under streaming clients: throughput, first audio and "
+                                    "underruns per batch size")
     p.add_argument("--release", default="0.6B-Base", help=RELEASE_HELP)
     p.add_argument("-m", "--model", help="benchmark this GGUF instead of a random-weight build")
     p.add_argument("--types", nargs="+", default=["q8_0", "q4_k"], choices=TYPES,
                    help="weight types to measure, each in a fresh process (default: q8_0 q4_k)")
-    p.add_argument("--frames", type=int, default=24, help="frames per request (EOS masked; 12.5 per second)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds of concurrent streaming clients (default 2)")
+    p.add_argument("--batches", type=parse_batches, default=list(BATCHES), metavar="B[,B...]",
+                   help="the server's max batch, one live server each (default: 1,2,4,8; on a GPU e.g. 1,8,32,64)")
+    p.add_argument("--clients", type=_positive(int, "clients"), default=8,
+                   help="streaming requests per batch size (default 8)")
+    p.add_argument("--rate", type=_positive(float, "rate"), default=1.0,
+                   help="their mean arrival rate in requests/s, a Poisson process (default 1)")
+    p.add_argument("--duration", type=_positive(float, "duration"), default=120.0, metavar="SECONDS",
+                   help="bound per batch size: requests due later are not sent, streams still open are closed "
+                        "(default 120)")
+    p.add_argument("--frames", type=_positive(int, "frames"), default=24,
+                   help="frames per request (max_new_tokens; 12.5 per second; default 24)")
     p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (default 2)")
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="a GPU's matrix products: exact (F32) or fast (default: auto, fast; docs/gpu.md)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random weights, the arrival times and the requests (default 0)")
     _tail(p)
 
     p = bs.add_parser("batch", help="bulk synthesis: 1 worker, --jobs 2 and --ray with 2 actors")
