@@ -108,9 +108,10 @@ def build(wheels: Path, work: Path, log: Path, cuda_build: bool = True) -> tuple
                       "-C", "cmake.define.GGML_CUDA_NCCL=OFF"] if cuda_build else []
         sh([*pip, "--target", str(site), "--no-build-isolation", "--no-binary", "libggml-python", GGML, *cuda_flags])
         sh([*pip, "--target", str(site), "--no-build-isolation", str(REPO)])
-        sh([*pip, "--target", str(ref_site), *wheels_of("qwen_tts", "transformers", "huggingface_hub", "tokenizers",
-                                                         "accelerate", "librosa", "audioread", "decorator", "pooch",
-                                                         "platformdirs")])
+        ref = wheels_of("qwen_tts", "transformers", "huggingface_hub", "tokenizers", "accelerate", "librosa",
+                        "audioread", "decorator", "pooch", "platformdirs")
+        if ref:  # absent where the goldens travel with the run (run --goldens)
+            sh([*pip, "--target", str(ref_site), *ref])
     return str(site), str(ref_site)
 
 
@@ -188,13 +189,20 @@ def run(a: argparse.Namespace) -> int:
         r.save()
     info = r.phase("info", ["info"], 10)
     r.results["qtts"] = info
-    gold = work / "goldens"
-    r.phase("goldens", ["goldens", str(gold)], 60, reference=True)
+    if a.goldens:  # made by `goldens` on another machine's CPU: the tiny models and the reference's outputs
+        gold = Path(a.goldens).resolve()
+    else:
+        gold = work / "goldens"
+        r.phase("goldens", ["goldens", str(gold)], 60, reference=True)
     threads = min(os.cpu_count() or 1, 16)
     for prec in ("exact", "fast"):
         r.phase(f"parity_{prec}", ["parity", str(gold), "--device", a.device, "--precision", prec, "--ops", a.ops,
                                    "--sampling", a.sampling], 30)
+    r.phase("batch_parity_exact", ["batch_parity", str(gold), "--device", a.device, "--precision", "exact"], 20)
+    fr = str(a.frames)
     if a.device != "cpu":
+        r.phase("batch_0.6B_bf16", ["batch", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
+                                    "--batches", "1,8,32,64"], 60)
         # the VoiceDesign model once computed at the fast level inside an exact process
         # (docs/gpu.md, "Status"): repeated, alone, and with cuBLAS's TF32 switch set before start
         exact = ["parity", str(gold), "--device", a.device, "--precision", "exact", "--ops", a.ops]
@@ -209,7 +217,6 @@ def run(a: argparse.Namespace) -> int:
         r.phase("parity_exact_host_sampling", [*exact, "--sampling", "host"], 20)
         r.phase("parity_exact_no_cuda_graphs", exact, 20, env={"GGML_CUDA_DISABLE_GRAPHS": "1"})
         r.phase("parity_exact_no_fusion", exact, 20, env={"GGML_CUDA_DISABLE_FUSION": "1"})
-    fr = str(a.frames)
     r.phase("speed_0.6B_bf16", ["speed", "0.6B-Base", "bf16", "--device", a.device, "-t", "4", "--frames", fr], 90)
     if a.device != "cpu":
         r.phase("speed_0.6B_bf16_no_cuda_graphs", ["speed", "0.6B-Base", "bf16", "--device", a.device, "-t", "4",
@@ -219,8 +226,6 @@ def run(a: argparse.Namespace) -> int:
         r.phase("first_audio_0.6B_bf16", ["first_audio", "0.6B-Base", "bf16", "--device", a.device], 40)
         r.phase("speed_0.6B_q8_0_cpu", ["speed", "0.6B-Base", "q8_0", "--device", "cpu", "-t", str(threads),
                                         "--frames", fr], 90)
-        r.phase("batch_0.6B_bf16", ["batch", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
-                                    "--batches", "1,8,32,64"], 60)
         r.phase("official_0.6B_bf16", ["official", "0.6B-Base", "--frames", fr], 100, reference=True)
         r.phase("speed_1.7B_bf16", ["speed", "1.7B-Base", "bf16", "--device", a.device, "-t", "4", "--frames", fr],
                 150)
@@ -277,6 +282,15 @@ def format_table(res: dict[str, Any]) -> str:
                          f"{got['talker_ms_per_frame']:.2f} | {got['predictor_ms_per_frame']:.2f} | "
                          f"{got['vocoder_ms_per_frame']:.2f} | {got['time_to_first_audio_ms']:.0f} | "
                          f"{got['rtf']:.3f} |")
+    got = (ph.get("batch_parity_exact") or {}).get("result")
+    if got:
+        lines += ["", f"## Batched against alone, precision {got['precision']}: "
+                      f"{'PASSED' if got['passed'] else 'FAILED'}", ""]
+        for mm in got["models"]:
+            reqs = "; ".join(f"{x['frames']} frames: codes equal {x['codes_equal']}, wav max abs "
+                             f"{'-' if x['wav_max_abs'] is None else format(x['wav_max_abs'], '.1e')}"
+                             for x in mm["requests"])
+            lines.append(f"* {mm['model']} ({', '.join(sorted(set(mm['devices'].values())))}): {reqs}")
     got = (ph.get("first_audio_0.6B_bf16") or {}).get("result")
     if got:
         med = got["median"]
@@ -309,13 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--no-build", action="store_true", help="use this environment's qtts (no CUDA build)")
     r.add_argument("--no-cuda-build", action="store_true", help="build ggml for the CPU only (tries the build here)")
     r.add_argument("--frames", type=int, default=100)
+    r.add_argument("--goldens", help="a folder `goldens` wrote (the reference then need not be installed here)")
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--phases", help="run only these phases (comma-separated names as in the JSON)")
-    for name in ("info", "goldens", "parity", "speed", "batch", "first_audio", "official"):
+    for name in ("info", "goldens", "parity", "batch_parity", "speed", "batch", "first_audio", "official"):
         p = sub.add_parser(name, help=argparse.SUPPRESS)
         p.add_argument("--json", required=True)
-        if name in ("goldens", "parity"):
+        if name in ("goldens", "parity", "batch_parity"):
             p.add_argument("dir")
+        if name == "batch_parity":
+            p.add_argument("--device", default="auto")
+            p.add_argument("--precision", default="exact")
         if name == "parity":
             p.add_argument("--device", default="auto")
             p.add_argument("--precision", default="exact")
@@ -358,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         got = gc.speed(a.release, a.type, a.device, a.threads, a.frames, a.precision)
     elif a.cmd == "batch":
         got = gc.batching(a.release, a.type, a.device, a.frames, [int(b) for b in a.batches.split(",")])
+    elif a.cmd == "batch_parity":
+        got = gc.batch_parity(Path(a.dir), a.device, a.precision)
     elif a.cmd == "first_audio":
         got = gc.first_audio(a.release, a.type, a.device, a.runs)
     else:

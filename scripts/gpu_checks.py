@@ -212,6 +212,35 @@ def parity(gold: Path, device: str, precision: str, ops: str = "auto", sampling:
     return r
 
 
+def batch_parity(gold: Path, device: str, precision: str) -> dict[str, Any]:
+    """Requests of different lengths through the batch (synthesize_batch: the batched talker
+    step, the code predictor's batched frame graph sampling on the device) against each one
+    alone on the same device: greedy codes equal, and how far the waveforms are apart."""
+    import numpy as np
+
+    import qtts
+
+    g = dict(np.load(gold / "goldens.npz"))
+    texts = [TEXT, "Short.", "A longer sentence, with a few more words than the others.", "Two words."]
+    r: dict[str, Any] = {"device": device, "precision": precision, "models": []}
+    for name, req in (CASES[0], CASES[2], CASES[3]):
+        m = qtts.Model(gold / f"{name}-f32.gguf", device=device, precision=precision, n_threads=4,
+                       voice_cache=False)
+        kw = _request(name, req, m, g["clip"])
+        lengths = [21, 8, 15, 5]  # max_new_tokens per request: they leave the batch at different steps
+        alone = [m.synthesize(t, **kw, **{**GREEDY, "max_new_tokens": n}) for t, n in zip(texts, lengths, strict=True)]
+        batched = m.synthesize_batch(texts, max_batch=len(texts), **kw, **{**GREEDY, "max_new_tokens": lengths})
+        rows = []
+        for a, b in zip(alone, batched, strict=True):
+            same = a.codes.shape == b.codes.shape and bool((a.codes == b.codes).all())
+            n = min(len(a.samples), len(b.samples))
+            rows.append({"frames": len(a.codes), "codes_equal": same,
+                         "wav_max_abs": float(np.abs(a.samples[:n] - b.samples[:n]).max()) if same else None})
+        r["models"].append({"model": name, "devices": m.devices, "requests": rows})
+    r["passed"] = all(x["codes_equal"] for mm in r["models"] for x in mm["requests"])
+    return r
+
+
 # -- speed --------------------------------------------------------------------------------------
 def speed(release: str, qtype: str, device: str, threads: int, frames: int, precision: str) -> dict[str, Any]:
     from qtts.bench.common import prepare

@@ -16,7 +16,8 @@ def test_check_gpu_dry_run_on_the_cpu(fixture_root: Path, tmp_path: Path) -> Non
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "check_gpu.py"), "run", "--device", "cpu",
                         "--no-build", "--ops", "portable", "--sampling", "device", "--out", str(out),
-                        "--work", str(tmp_path / "work"), "--phases", "info,goldens,parity_exact,parity_fast",
+                        "--work", str(tmp_path / "work"),
+                        "--phases", "info,goldens,parity_exact,parity_fast,batch_parity_exact",
                         "--budget-s", "600"],
                        capture_output=True, text=True, timeout=900)
     res = json.loads((out / "check_gpu.json").read_text())
@@ -29,4 +30,7 @@ def test_check_gpu_dry_run_on_the_cpu(fixture_root: Path, tmp_path: Path) -> Non
         # the device and the CPU's portable path are the same process here: the same sums
         assert case["logits_cosine_min"] >= 0.9999999 and case["codec_snr_db"] > 60
     assert res["phases"]["parity_fast"]["result"]["passed"]
+    batched = res["phases"]["batch_parity_exact"]["result"]
+    assert batched["passed"] and [len(m["requests"]) for m in batched["models"]] == [4, 4, 4]
+    assert {x["frames"] for m in batched["models"] for x in m["requests"]} == {20, 7, 14, 4}
     assert "| tiny_base (x_vector_only_mode=False" in (out / "check_gpu.md").read_text()
