@@ -372,28 +372,19 @@ class Scheduler:
     def _feed_text(self) -> None:
         """Append the text tokens settled since the last look to the running streamed-text jobs."""
         with self._lock:
-            fed = [(slot, job) for slot, job in self._running.items() if job._text is not None]
-        for slot, job in fed:
-            assert job._text is not None
+            fed = [(slot, job, job._text) for slot, job in self._running.items() if job._text is not None]
+        for slot, job, text in fed:
             try:
-                more = job._text.more()
-                if more is None:
-                    continue
-                with self._engine.session() as s:
-                    job._text.append(s, self._batch, slot, more)
+                if text.feed_slot(self._engine, self._batch, slot):
+                    job._waiting = False
             except Exception as e:  # the text's source failed, or its text is bad: this job only
                 self._fail(job, e)
-                continue
-            job._waiting = False
 
     def _cancel_waiting(self) -> None:
         with self._lock:
             gone = [j for j in [*self._queue, *self._parked] if j._cancel.is_set()]
-            for j in gone:
-                if j in self._parked:
-                    self._parked.remove(j)
-                else:
-                    self._queue.remove(j)
+            self._queue = collections.deque(j for j in self._queue if j not in gone)
+            self._parked = [j for j in self._parked if j not in gone]
         for j in gone:
             self.finish_timings(j, "cancelled")
 

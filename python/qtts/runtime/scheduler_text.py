@@ -18,7 +18,7 @@ import numpy as np
 
 from .audio import Timings
 from .config import GenerationConfig
-from .engine import Batch, SessionHandle
+from .engine import Batch, Engine, SessionHandle
 from .prompt import build_prompt
 from .speech import Request
 from .speech_text import _Text
@@ -42,6 +42,7 @@ class StreamedText:
         self.feed = TextFeed()
         self._text = _Text(self.feed, split_sentences)
         self._seen: tuple[int, bool] = (-1, False)
+        self._not_ready = -1  # the piece ready() last found not ready, for the text seen
         clone = req.cond.clone
         # an ICL prompt holds as many text tokens as the reference has frames (plus one), its
         # transcript's first (docs/model.md, "Prompt layouts"): as speech_text._Piece
@@ -71,13 +72,17 @@ class StreamedText:
 
     def ready(self, index: int) -> bool:
         """Piece `index` can be admitted: its first tokens are final, or the text ended (the
-        admission then ends the job), or its source failed (the admission raises it)."""
+        admission then ends the job), or its source failed (the admission raises it). The worker
+        asks every frame: the text is looked at again only when more came."""
         try:
-            self._refresh()
+            if not self._refresh() and self._not_ready == index:
+                return False
         except Exception:
             return True
         got = self._settled(index)
-        return self._text.ended or (got is not None and (got[1] or len(got[0]) >= self.need))
+        ready = self._text.ended or (got is not None and (got[1] or len(got[0]) >= self.need))
+        self._not_ready = -1 if ready else index
+        return ready
 
     def begin(self, index: int) -> Settled | None:
         """Piece `index`'s tokens so far, which its prompt holds; None when the text ended
@@ -119,11 +124,17 @@ class StreamedText:
         timings.prompt_ms += (time.perf_counter() - t0) * 1e3
         return s.batch_add(batch, prompt.embeddings, prompt.trailing, config, text_open=not complete)
 
-    def append(self, s: SessionHandle, batch: Batch, slot: int, more: Settled) -> None:
-        """more()'s tokens into the piece's slot."""
+    def feed_slot(self, engine: Engine, batch: Batch, slot: int) -> bool:
+        """Append the tokens settled since the last look (more()) to the piece's slot; whether
+        there were any."""
+        more = self.more()
+        if more is None:
+            return False
         ids, complete, config = more
-        rows = s.text_embed(ids) if ids else np.zeros((0, self.model.hidden_size), dtype=np.float32)
-        s.batch_append(batch, slot, rows, complete, config)
+        with engine.session() as s:
+            rows = s.text_embed(ids) if ids else np.zeros((0, self.model.hidden_size), dtype=np.float32)
+            s.batch_append(batch, slot, rows, complete, config)
+        return True
 
 
 def pump(job: Job, chunks: Iterable[str]) -> threading.Thread:
