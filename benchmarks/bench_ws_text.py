@@ -11,9 +11,11 @@ while it reads the audio. Three ways, the same voice and seed (so the same audio
 * sentences: whole sentences, each when its last delta arrives (sentence buffering).
 
 usage: python benchmarks/bench_ws_text.py [--model GGUF] [--threads 2] [--rate 30] [--repeats 2]
+                                          [--frames N]
 With no --model, the random-weight 0.6B-Base at Q4_K of `qtts-cli bench speed` (built once in
-the qtts cache) speaks with an x-vector voice. The random weights decide when EOS comes; every
-way makes the same frames, since the same text and seed give the same codes.
+the qtts cache) speaks with an x-vector voice. The random weights decide when EOS comes (and
+--frames caps the frames, as max_new_tokens); every way makes the same frames, since the same
+text and seed give the same codes.
 """
 from __future__ import annotations
 
@@ -86,6 +88,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rate", type=float, default=30.0, help="deltas per second")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--frames", type=int, help="at most this many frames a run (default: the text's budget)")
     a = ap.parse_args()
 
     import httpx
@@ -98,6 +101,8 @@ def main() -> None:
     model = qtts.load(path, n_threads=a.threads)
     url, server = start_server(model)
     start = {"type": "start", "model": "bench", "response_format": "pcm", "seed": 1}
+    if a.frames:
+        start["max_new_tokens"] = a.frames + 1
     if model.variant == "base":
         buf = io.BytesIO()
         sf.write(buf, clip(3.0), 24000, format="WAV")
