@@ -25,7 +25,7 @@ import numpy as np
 from .audio import Audio, AudioChunk, Timings
 from .config import check_int
 from .engine import Batch, SessionHandle
-from .scheduler_text import StreamedText, pump
+from .scheduler_text import StreamedText, TextInput, pump
 from .speech import PAUSE_SECONDS, Request, clone_timings_into, decode_codes, finish_timings, ref_codes, timed_prompt
 
 if TYPE_CHECKING:
@@ -70,8 +70,9 @@ class SchedulerStats:
     batch_size: int  # sequences stepped together in the last step
 
 
-class Job:
-    """One submitted request: its chunks as they come (iterate, or `async for`), or all of it."""
+class Job(TextInput):
+    """One submitted request: its chunks as they come (iterate, or `async for`), or all of it;
+    a submit_text job's text with write and end_text."""
 
     def __init__(self, req: Request, sample_rate: int, empty_codes: np.ndarray, eager: bool = False) -> None:
         self._req = req
@@ -118,22 +119,6 @@ class Job:
         """Stop within one frame and free the slot; the last chunk has stop_reason "cancelled"."""
         self._cancel.set()
         self._wake()
-
-    def write(self, fragment: str) -> None:
-        """A submit_text job: the next fragment of its text (any size; TypeError if not a str)."""
-        self._streamed().feed.put(fragment)
-        self._wake()
-
-    def end_text(self, error: BaseException | None = None) -> None:
-        """A submit_text job: its text is complete (with `error`: its source failed, and so does
-        the job)."""
-        self._streamed().feed.end(error)
-        self._wake()
-
-    def _streamed(self) -> StreamedText:
-        if self._text is None:
-            raise TypeError("this job's text was given whole: only a submit_text job takes text")
-        return self._text
 
     def __iter__(self) -> Iterator[AudioChunk]:
         while True:

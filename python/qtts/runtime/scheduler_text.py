@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -135,6 +135,27 @@ class StreamedText:
             rows = s.text_embed(ids) if ids else np.zeros((0, self.model.hidden_size), dtype=np.float32)
             s.batch_append(batch, slot, rows, complete, config)
         return True
+
+
+class TextInput:
+    """A Job's streamed-text side: the text written in as it comes (submit_text jobs only)."""
+    _text: StreamedText | None
+    _wake: Callable[[], None]  # tells the scheduler's worker
+
+    def write(self, fragment: str) -> None:
+        """The next fragment of the text (any size; TypeError if not a str)."""
+        self._streamed().feed.put(fragment)
+        self._wake()
+
+    def end_text(self, error: BaseException | None = None) -> None:
+        """The text is complete (with `error`: its source failed, and so does the job)."""
+        self._streamed().feed.end(error)
+        self._wake()
+
+    def _streamed(self) -> StreamedText:
+        if self._text is None:
+            raise TypeError("this job's text was given whole: only a submit_text job takes text")
+        return self._text
 
 
 def pump(job: Job, chunks: Iterable[str]) -> threading.Thread:
