@@ -186,7 +186,8 @@ class _Session:
 async def _send_error(ws: WebSocket, e: ApiError) -> None:
     try:
         await ws.send_json({"type": "error", **error_body(e.message, e.type, e.param, e.code)})
-        await ws.close(close_code(e), e.message[:120])  # a close reason is at most 123 bytes
+        # a close reason is at most 123 bytes of UTF-8: the message cut there (it is whole above)
+        await ws.close(close_code(e), e.message.encode()[:120].decode(errors="ignore"))
     except (WebSocketDisconnect, RuntimeError, OSError):
         pass  # the client is gone
 
