@@ -71,7 +71,7 @@ def parse_message(message: dict[str, Any]) -> dict[str, Any]:
         raise ApiError(400, "messages must be JSON text messages, not binary ones", code="unsupported_media_type")
     try:
         data = json.loads(message["text"])
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # a JSONDecodeError, or nesting too deep to read
         raise ApiError(400, f"a message is not valid JSON: {e}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "a message must be a JSON object", code="invalid_value")
@@ -183,6 +183,15 @@ class _Session:
         self.job.write(delta)
 
 
+async def _sent(ws: WebSocket, data: str | bytes) -> bool:
+    """Send a message; False when the client is gone."""
+    try:
+        await (ws.send_text(data) if isinstance(data, str) else ws.send_bytes(data))
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        return False
+    return True
+
+
 async def _send_error(ws: WebSocket, e: ApiError) -> None:
     try:
         await ws.send_json({"type": "error", **error_body(e.message, e.type, e.param, e.code)})
@@ -220,14 +229,15 @@ async def speech_stream(served: Served, ws: WebSocket, api_key: str | None) -> N
     tracked = _Tracked(served, job)
     rate = served.model.sample_rate
     try:
-        await ws.send_json({"type": "started", "sample_rate": rate, "response_format": body.response_format})
-        if body.response_format == "wav":
-            await ws.send_bytes(wav_header(rate, None))
+        started = {"type": "started", "sample_rate": rate, "response_format": body.response_format}
+        session.gone = not await _sent(ws, json.dumps(started))
+        if body.response_format == "wav" and not session.gone:
+            session.gone = not await _sent(ws, wav_header(rate, None))
         async for chunk in tracked.chunks():
+            if session.gone:
+                break
             if len(chunk.samples):
-                await ws.send_bytes(pcm16(chunk.samples))
-    except (WebSocketDisconnect, RuntimeError, OSError):
-        session.gone = True  # the client went away mid-send
+                session.gone = not await _sent(ws, pcm16(chunk.samples))
     except QttsError as e:
         session.error = ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error")
     except (TypeError, ValueError) as e:  # the job's text was refused ("input is empty")
