@@ -107,13 +107,13 @@ def main() -> None:
     a = ap.parse_args()
 
     import qtts
-    from qtts.cli.bench import _clip, prepare
+    from qtts.bench.common import clip, prepare
 
     path = a.model or str(prepare("0.6B-Base", "q4_k", 0))
     model = qtts.load(path, n_threads=a.threads, vocoder_threads=a.vocoder_threads)
     kw: dict = dict(seed=1, min_new_tokens=a.frames, max_new_tokens=a.frames + 1, frame_budget=None)
     if model.variant == "base":
-        kw["voice"] = model.create_voice((_clip(3.0), 24000), x_vector_only_mode=True)
+        kw["voice"] = model.create_voice((clip(3.0), 24000), x_vector_only_mode=True)
     elif model.variant == "custom_voice":
         kw["speaker"] = model.speakers[0]
     else:

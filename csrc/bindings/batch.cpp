@@ -23,6 +23,7 @@ py::tuple slot_result(const Batch & b, const SlotResult & r) {
     timings["prefill_ms"] = r.result.prefill_ms;
     timings["talker_ms"] = r.result.talker_ms;
     timings["predictor_ms"] = r.result.predictor_ms;
+    timings["needs_text"] = r.result.needs_text;
     const std::string & reason = r.result.stop_reason;
     return py::make_tuple(r.slot, codes, reason.empty() ? py::object(py::none()) : py::object(py::str(reason)),
                           timings);
@@ -40,15 +41,26 @@ void bind_batch(py::module_ & m) {
                                "Nodes of the last batched talker step's graph (0 before the first step).")
         .def_property_readonly("cache_bytes", &Batch::cache_bytes, "Bytes of the shared talker KV cache now.")
         .def("add",
-             [](Batch & b, const FloatRows & prompt, const FloatRows & trailing, const GenerateParams & gp) {
+             [](Batch & b, const FloatRows & prompt, const FloatRows & trailing, const GenerateParams & gp,
+                bool text_open) {
                  const int d = b.model().talker.n_embd();
                  int n_prompt = 0, n_trailing = 0;
                  std::vector<float> p = rows(prompt, d, "prompt", &n_prompt), t = rows(trailing, d, "trailing", &n_trailing);
                  py::gil_scoped_release release;
-                 return b.add(p, n_prompt, t, n_trailing, gp);
+                 return b.add(p, n_prompt, t, n_trailing, gp, text_open);
              },
-             py::arg("prompt"), py::arg("trailing"), py::arg("params"),
-             "Prefill a generation into a free slot; its slot id.")
+             py::arg("prompt"), py::arg("trailing"), py::arg("params"), py::arg("text_open") = false,
+             "Prefill a generation into a free slot; its slot id. text_open: its text is streamed in (append).")
+        .def("append",
+             [](Batch & b, int slot, const FloatRows & text, bool text_final, int frame_budget) {
+                 int n = 0;
+                 std::vector<float> t = rows(text, b.model().talker.n_embd(), "rows", &n);
+                 py::gil_scoped_release release;
+                 b.append(slot, t, n, text_final, frame_budget);
+             },
+             py::arg("slot"), py::arg("rows"), py::arg("text_final"), py::arg("frame_budget"),
+             "Streamed text of a text-open slot: more trailing rows [n, D], whether they end the text, the "
+             "grown frame budget.")
         .def("remove", &Batch::remove, py::arg("slot"), "Free a slot now.")
         .def("cancel", &Batch::cancel, py::arg("slot"), "Stop a slot at its next frame (stop reason 'cancelled').")
         .def("step",

@@ -83,7 +83,7 @@ Batch::Slot & Batch::slot(int id, const char * what) {
 }
 
 int Batch::add(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing, int n_trailing,
-               const GenerateParams & p) {
+               const GenerateParams & p, bool text_open) {
     int id = 0;
     while (id < max_batch() && slots_[id]->used) ++id;
     if (id == max_batch()) fail("add: all %d slots are in use (max_batch)", max_batch());
@@ -98,8 +98,42 @@ int Batch::add(const std::vector<float> & prompt, int n_prompt, const std::vecto
     s.chunk = GenerateResult{};
     s.cancel.store(false);
     session_.init_generation(s.g, prompt, n_prompt, trailing, n_trailing, p, *cache_, id * lane_len_);
+    s.g.text_open = text_open;
     s.used = true;
     return id;
+}
+
+// Streamed text (docs/serving.md, "Batching", streamed text): the checks and bookkeeping of
+// Session::generate_append on the slot's state, and a lane long enough for the grown budget.
+void Batch::append(int id, const std::vector<float> & rows, int n, bool text_final, int frame_budget) {
+    Slot & s = slot(id, "append");
+    GenerationState & g = s.g;
+    if (!g.text_open) fail("append: slot %d's text is complete", id);
+    const size_t d = static_cast<size_t>(model().talker.n_embd());
+    if (n < 0 || rows.size() != static_cast<size_t>(n) * d) {
+        fail("append: expected [%d, %zu] values, got %zu", n, d, rows.size());
+    }
+    if (frame_budget < g.p.frame_budget || (g.p.frame_budget == 0 && frame_budget != 0)) {
+        fail("append: the frame budget may only grow (%d -> %d)", g.p.frame_budget, frame_budget);
+    }
+    GenerateParams p = g.p;
+    p.frame_budget = frame_budget;
+    const int max_fed = Session::max_fed(p);
+    const int64_t need = int64_t{std::max(g.n_prompt, 1)} + std::max(max_fed, 1) + 1;
+    if (need > lane_len_) reserve(lanes_, round_up(need, kKvBucket));
+    g.trailing.insert(g.trailing.end(), rows.begin(), rows.end());
+    g.n_trailing += n;
+    g.p = p;
+    g.max_fed = max_fed;
+    g.text_open = !text_final;
+}
+
+bool Batch::waits_for_text(const Slot & s) const {
+    const GenerationState & g = s.g;
+    if (!g.text_open || !g.total.stop_reason.empty()) return false;
+    const bool row_missing = g.need_step && g.total.frames - 1 >= g.n_trailing;
+    const bool budget_open = g.p.frame_budget > 0 && g.total.frames >= g.p.frame_budget;
+    return row_missing || budget_open;
 }
 
 void Batch::reserve(int lanes, int64_t lane_len) {
@@ -175,9 +209,20 @@ std::vector<SlotResult> Batch::step(int n_frames) {
         live.back()->chunk = GenerateResult{};
     }
     for (int f = 0; f < n_frames && !live.empty(); ++f) {
-        std::vector<Slot *> going;
-        if (std::any_of(live.begin(), live.end(), [](const Slot * s) { return s->g.need_step; })) talker_step();
+        // A slot waiting for streamed text sits the frame out (and the rest of this call: nothing
+        // is appended during it), so that it holds up no other slot; cancelled, it stops there.
+        std::vector<Slot *> stepping, going;
         for (Slot * s : live) {
+            if (!waits_for_text(*s)) {
+                stepping.push_back(s);
+            } else if (s->cancel.load()) {
+                s->g.total.stop_reason = "cancelled";
+            }
+        }
+        if (std::any_of(stepping.begin(), stepping.end(), [](const Slot * s) { return s->g.need_step; })) {
+            talker_step(stepping);
+        }
+        for (Slot * s : stepping) {
             if (session_.next_cb0(s->g, [s] { return s->cancel.load(); })) going.push_back(s);
         }
         if (!going.empty()) predict(going);
@@ -197,20 +242,26 @@ std::vector<SlotResult> Batch::step(int n_frames) {
         r.result.prefill_ms = s.g.total.prefill_ms;
         r.result.talker_ms = s.g.total.talker_ms;
         r.result.predictor_ms = s.g.total.predictor_ms;
+        r.result.needs_text = r.result.stop_reason.empty() && waits_for_text(s);
         if (!r.result.stop_reason.empty()) finish(s);
         out.push_back(std::move(r));
     }
     return out;
 }
 
-// One talker step over lanes 0..the highest slot in use. A slot with no frame to feed (its
-// prefill's logits are still to be sampled) sits it out: it writes its lane's last position,
+// One talker step over lanes 0..the highest slot in use, for the `stepping` slots that have a
+// frame to feed. Any other slot (its prefill's logits are still to be sampled, or it waits for
+// streamed text) sits it out: it writes its lane's last position,
 // which no generation reaches (Batch::add); so does a free lane, at its first. Their outputs are
 // dropped. Each slot's wall time is the whole batched step: what its request waited.
-void Batch::talker_step() {
+void Batch::talker_step(const std::vector<Slot *> & stepping) {
     const Model & m = session_.model();
     const std::vector<int> ids = active();
     const int lanes = ids.back() + 1, groups = m.talker.n_code_groups, d = m.talker.n_embd();
+    std::vector<char> steps(lanes, 0);
+    for (int b = 0; b < lanes; ++b) {
+        steps[b] = std::find(stepping.begin(), stepping.end(), slots_[b].get()) != stepping.end();
+    }
     std::vector<int32_t> codes(static_cast<size_t>(lanes) * groups, 0), pos(lanes), attend(lanes, -1);
     std::vector<float> text(static_cast<size_t>(lanes) * d, 0.0f);
     int64_t widest = 1;
@@ -219,7 +270,7 @@ void Batch::talker_step() {
         // a free lane writes and attends its first position (nobody's), a waiting slot's its
         // last (kv_step_inputs does the same with attend[b] = -1)
         pos[b] = s.used ? static_cast<int32_t>(lane_len_ - 1) : 0;
-        if (!s.used || !s.g.need_step) continue;
+        if (!s.used || !steps[b] || !s.g.need_step) continue;
         const GenerationState & g = s.g;
         const int n_past = static_cast<int>(positions_used(g));
         if (n_past >= lane_len_ - 1) fail("batch step: position %d is outside the slot's cache", n_past);

@@ -33,16 +33,22 @@ public:
     // Ids of the slots holding a generation.
     std::vector<int> active() const;
 
-    // Prefill a generation (as Session::generate_begin) into a free slot; its id.
+    // Prefill a generation (as Session::generate_begin) into a free slot; its id. text_open: its
+    // trailing text is streamed in (append); until the text is complete the slot sits out every
+    // frame whose text row has not come (or, with a frame budget, the budget's frame).
     int add(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing, int n_trailing,
-            const GenerateParams & p);
+            const GenerateParams & p, bool text_open = false);
+    // Streamed text of a text-open slot, as Session::generate_append: more trailing rows
+    // ([n, D]), the grown frame budget and, with text_final, the end of the text.
+    void append(int slot, const std::vector<float> & rows, int n, bool text_final, int frame_budget);
     // Free a slot now, whatever its state.
     void remove(int slot);
     // Ask a slot (from any thread) to stop at its next frame with stop reason "cancelled".
     void cancel(int slot);
 
     // Up to n_frames frames for every active slot, stepped together; one result per slot that was
-    // active. A slot that ended frees itself.
+    // active. A slot that ended frees itself; a text-open slot that waits for text (it sat out,
+    // or will sit out its next frame) has needs_text set.
     std::vector<SlotResult> step(int n_frames);
 
     // Nodes of the last batched talker step's graph: the same for every number of slots
@@ -62,12 +68,14 @@ private:
     // (Re)allocate the shared cache for at least `lanes` lanes of lane_len positions, the lanes'
     // contents kept; a ValueError naming the bytes when the device does not have them free.
     void reserve(int lanes, int64_t lane_len);
-    void talker_step();
+    void talker_step(const std::vector<Slot *> & stepping);
     void predict(const std::vector<Slot *> & s);
     // The code predictor's pass as one replayed graph with the sampling inside, where the session
     // samples on its device and every slot of the pass has the same settings (predict_frame).
     bool predict_frame(const std::vector<Slot *> & s);
     void finish(Slot & s);
+    // The slot's next frame needs a text row (or a budget) that has not been appended yet.
+    bool waits_for_text(const Slot & s) const;
 
     Session & session_;
     std::vector<std::unique_ptr<Slot>> slots_;

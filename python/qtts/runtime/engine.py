@@ -407,10 +407,20 @@ class SessionHandle:
         self.native.generate_append(rows, text_final, native_params(config).frame_budget)
 
     # batched generation (Engine.batch)
-    def batch_add(self, batch: Batch, embeddings: np.ndarray, trailing: np.ndarray, config: GenerationConfig) -> int:
-        """Prefill a piece's prompt into a free slot of `batch`; the slot id."""
+    def batch_add(self, batch: Batch, embeddings: np.ndarray, trailing: np.ndarray, config: GenerationConfig,
+                  text_open: bool = False) -> int:
+        """Prefill a piece's prompt into a free slot of `batch`; the slot id. text_open: the
+        trailing text is streamed in with batch_append; the slot sits out the frames whose text
+        has not come (the step's timings say "needs_text")."""
         self._require_open()
-        return int(batch._native.add(embeddings, trailing, native_params(config)))
+        return int(batch._native.add(embeddings, trailing, native_params(config), text_open))
+
+    def batch_append(self, batch: Batch, slot: int, rows: np.ndarray, text_final: bool,
+                     config: GenerationConfig) -> None:
+        """Streamed text of a text-open slot, as generate_append: more trailing rows, whether
+        they end the text (EOS included), the config of the piece's text so far."""
+        self._require_open()
+        batch._native.append(slot, rows, text_final, native_params(config).frame_budget)
 
     def batch_step(self, batch: Batch, n_frames: int) -> list[SlotStep]:
         """Up to n_frames frames of every active slot, stepped together."""

@@ -7,7 +7,8 @@ request's chunk to its Job once the chunk is complete, decoded on the request's 
 Chunks follow Model.stream's schedule: the first is `first_chunk_frames` frames, later ones
 double up to `max_chunk_frames`; a request's chunks are those Model.stream gives for the same
 arguments and seed. The worker takes the engine lock once per operation, so eager Model calls
-from other threads run in between.
+from other threads run in between. A streamed-text job (submit_text) is fed its text between
+steps and sits out the frames whose text has not come (scheduler_text.py).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import asyncio
 import collections
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ import numpy as np
 from .audio import Audio, AudioChunk, Timings
 from .config import check_int
 from .engine import Batch, SessionHandle
+from .scheduler_text import StreamedText, TextInput, pump
 from .speech import PAUSE_SECONDS, Request, clone_timings_into, decode_codes, finish_timings, ref_codes, timed_prompt
 
 if TYPE_CHECKING:
@@ -68,8 +70,9 @@ class SchedulerStats:
     batch_size: int  # sequences stepped together in the last step
 
 
-class Job:
-    """One submitted request: its chunks as they come (iterate, or `async for`), or all of it."""
+class Job(TextInput):
+    """One submitted request: its chunks as they come (iterate, or `async for`), or all of it;
+    a submit_text job's text with write and end_text."""
 
     def __init__(self, req: Request, sample_rate: int, empty_codes: np.ndarray, eager: bool = False) -> None:
         self._req = req
@@ -99,15 +102,23 @@ class Job:
         self._codes: list[np.ndarray] = []
         self._gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
         self._raw: dict[str, float] = {}  # the native times of the piece so far, as its last step reported them
+        self._text: StreamedText | None = None  # submit_text: the text as it arrives
+        self._waiting = False  # its slot waits for text
+        self._wake: Callable[[], None] = lambda: None  # tells the worker something changed
         clone_timings_into(self.timings, req.clone_timings)
 
     @property
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
     def cancel(self) -> None:
         """Stop within one frame and free the slot; the last chunk has stop_reason "cancelled"."""
         self._cancel.set()
+        self._wake()
 
     def __iter__(self) -> Iterator[AudioChunk]:
         while True:
@@ -197,6 +208,8 @@ class Scheduler:
         self._lock = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
         self._running: dict[int, Job] = {}  # slot -> job
+        self._parked: list[Job] = []  # streamed-text jobs between pieces, waiting for the next one's text
+        self._events = 0  # counts submits, text and cancels: the worker sleeps until it moves
         self._admitting = 0  # taken off the queue, not yet in a slot (prompt and prefill under way)
         self._closing = False
         self._cancel_all = False
@@ -216,6 +229,24 @@ class Scheduler:
                                        non_streaming_mode=non_streaming_mode), sampling, eager=False)
 
 
+    def submit_text(self, chunks: Iterable[str] | None = None, **kwargs: Any) -> Job:
+        """Queue a request whose text arrives later (Model.stream_text's keyword arguments): read
+        from `chunks` in a thread of its own, or given with Job.write and ended with Job.end_text.
+        It is admitted once its first word is final, and its slot sits out the frames whose text
+        has not come; its samples are those of Model.stream(full text, non_streaming_mode=False)
+        with the same seed (docs/serving.md, "Streamed text in a batch")."""
+        from .model import STREAMED_TEXT
+
+        if chunks is not None and (isinstance(chunks, (str, bytes)) or not isinstance(chunks, Iterable)):
+            raise TypeError(f"chunks must be an iterable of str fragments, got {type(chunks).__name__}")
+        if kwargs.pop("non_streaming_mode", False) is not False:
+            raise ValueError("streamed text needs non_streaming_mode=False (the text goes in with the frames)")
+        args = {k: kwargs.pop(k) for k in _ARGS if k in kwargs}
+        job = self._submit(STREAMED_TEXT, {**_ARG_DEFAULTS, **args, "non_streaming_mode": False}, kwargs, eager=False)
+        if chunks is not None:
+            pump(job, chunks)
+        return job
+
     def submit_eager(self, text: str, **kwargs: Any) -> Job:
         """As submit, for Model.synthesize_batch: no chunks; Job.result() decodes each piece whole
         as Model.synthesize does (the same samples)."""
@@ -225,8 +256,8 @@ class Scheduler:
     @property
     def stats(self) -> SchedulerStats:
         with self._lock:
-            return SchedulerStats(len(self._running), len(self._queue), self.max_batch, self.max_queue,
-                                  self._requests, self._frames, self._cancelled, self._batch_size)
+            return SchedulerStats(len(self._running) + len(self._parked), len(self._queue), self.max_batch,
+                                  self.max_queue, self._requests, self._frames, self._cancelled, self._batch_size)
 
     def close(self, *, cancel: bool = False, timeout: float | None = None) -> None:
         """Stop taking requests; let running and queued ones finish (cancel=True: cancel them)
@@ -245,7 +276,7 @@ class Scheduler:
         self.close()
 
     # -- internals --------------------------------------------------------------------------
-    def _submit(self, text: str, args: dict[str, Any], sampling: dict[str, Any], eager: bool) -> Job:
+    def _submit(self, text: str | object, args: dict[str, Any], sampling: dict[str, Any], eager: bool) -> Job:
         if self._closing:
             raise SchedulerClosed("the scheduler is closed")
         m = self._model
@@ -253,16 +284,25 @@ class Scheduler:
                          args["split_sentences"], args["frame_budget"], args["non_streaming_mode"], sampling,
                          args["voice"], args["ref_audio"], args["ref_text"], args["x_vector_only_mode"])
         job = Job(req, m.sample_rate, m.engine.empty_codes(), eager)
+        if not isinstance(text, str):  # submit_text
+            job._text = StreamedText(m, req, args["split_sentences"])
+        job._wake = self._wake
         with self._lock:
             if self._closing:
                 raise SchedulerClosed("the scheduler is closed")
-            free = self.max_batch - len(self._running) - self._admitting
+            free = self.max_batch - len(self._running) - len(self._parked) - self._admitting
             if len(self._queue) >= self.max_queue + free:
                 raise QueueFull(f"{self.max_batch} requests are running and {self.max_queue} are waiting")
             self._queue.append(job)
             self._requests += 1
+            self._events += 1
             self._lock.notify_all()
         return job
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._events += 1
+            self._lock.notify_all()
 
     def _run(self) -> None:
         try:
@@ -270,8 +310,9 @@ class Scheduler:
         except BaseException as e:  # a bug here must not leave consumers waiting forever
             with self._lock:
                 self._closing = True
-                jobs = [*self._queue, *self._running.values()]
+                jobs = [*self._queue, *self._running.values(), *self._parked]
                 self._queue.clear()
+                self._parked.clear()
             for job in jobs:
                 self._fail(job, e)
             raise
@@ -279,30 +320,56 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self._queue and not self._running and not self._closing:
+                while not self._queue and not self._running and not self._parked and not self._closing:
                     self._lock.wait()
+                events = self._events
                 if self._cancel_all:
-                    for job in [*self._queue, *self._running.values()]:
-                        job.cancel()
-                if self._closing and not self._queue and not self._running:
+                    for job in [*self._queue, *self._running.values(), *self._parked]:
+                        job._cancel.set()
+                if self._closing and not self._queue and not self._running and not self._parked:
                     return
-                admit = []
-                while self._queue and len(self._running) + len(admit) < self.max_batch:
-                    admit.append(self._queue.popleft())
+                # parked jobs hold their slots; a streamed-text job waits in the queue, without
+                # holding up those behind it, until its first word is final
+                admit = [j for j in self._parked if self._ready(j)]
+                self._parked = [j for j in self._parked if j not in admit]
+                room = self.max_batch - len(self._running) - len(self._parked) - len(admit)
+                for job in [j for j in self._queue if self._ready(j)][:max(room, 0)]:
+                    self._queue.remove(job)
+                    admit.append(job)
                 self._admitting = len(admit)
             for job in admit:
                 self._start(job)
             self._cancel_waiting()
+            self._feed_text()
             with self._lock:
                 running = dict(self._running)
-            if running:
+            if any(not job._waiting for job in running.values()):
                 self._step(running)
+            else:
+                self._drop({slot: job for slot, job in running.items() if self._is_cancelled(job)})
+                with self._lock:  # every slot waits for text, or none is running: until something moves
+                    while not admit and self._events == events and not self._cancel_all:
+                        self._lock.wait()
+
+    def _ready(self, job: Job) -> bool:
+        return job._text is None or job._cancel.is_set() or job._text.ready(job._piece)
+
+    def _feed_text(self) -> None:
+        """Append the text tokens settled since the last look to the running streamed-text jobs."""
+        with self._lock:
+            fed = [(slot, job, job._text) for slot, job in self._running.items() if job._text is not None]
+        for slot, job, text in fed:
+            try:
+                if text.feed_slot(self._engine, self._batch, slot):
+                    job._waiting = False
+            except Exception as e:  # the text's source failed, or its text is bad: this job only
+                self._fail(job, e)
 
     def _cancel_waiting(self) -> None:
         with self._lock:
-            gone = [j for j in self._queue if j._cancel.is_set()]
-            for j in gone:
-                self._queue.remove(j)
+            gone = [j for j in [*self._queue, *self._parked] if j._cancel.is_set()]
+            self._queue = collections.deque(j for j in self._queue if j not in gone)
+            self._parked = [j for j in self._parked if j not in gone]
         for j in gone:
             self.finish_timings(j, "cancelled")
 
@@ -320,15 +387,25 @@ class Scheduler:
             return
         req, i = job._req, job._piece
         try:
+            got = job._text.begin(i) if job._text is not None else None
+            if job._text is not None and got is None:  # the text ended: no piece i
+                self._end_text(job)
+                return
             with self._engine.session() as s:
-                prompt = timed_prompt(self._model, s, req, req.pieces[i], job.timings)
-                slot = s.batch_add(self._batch, prompt.embeddings, prompt.trailing,
-                                   req.config.for_piece(i, req.pieces[i]))
+                if job._text is not None and got is not None:
+                    if i:  # the pause after the piece before
+                        self._pause(job)
+                    slot = job._text.add(s, self._batch, got, job.timings)
+                else:
+                    prompt = timed_prompt(self._model, s, req, req.pieces[i], job.timings)
+                    slot = s.batch_add(self._batch, prompt.embeddings, prompt.trailing,
+                                       req.config.for_piece(i, req.pieces[i]))
                 if not job._eager:
                     self._reset_stream(s, job)
-        except Exception as e:  # a bad prompt fails its own request only
+        except Exception as e:  # a bad prompt (or a failed text source) fails its own request only
             self._fail(job, e)
             return
+        job._waiting = False
         job._slot, job._chunk_size, job._pending = slot, self._first, []
         with self._lock:
             self._running[slot] = job
@@ -363,6 +440,7 @@ class Scheduler:
         late: dict[int, Job] = {}
         for slot, codes, reason, raw in results:
             job = running[slot]
+            job._waiting = bool(raw.get("needs_text"))
             if reason is None and self._is_cancelled(job):
                 # cancelled during the step, or while the jobs before it were vocoded: no more chunks
                 job._raw = raw
@@ -411,6 +489,8 @@ class Scheduler:
             if not job._eager and n >= job._chunk_size:
                 self._emit(job, None)
                 job._chunk_size = min(2 * job._chunk_size, self._most)
+            elif n and job._waiting:  # the audio so far goes out while the text is awaited
+                self._emit(job, None)
             return
         with self._lock:
             self._running.pop(job._slot, None)
@@ -419,7 +499,10 @@ class Scheduler:
             job._gen[k] += raw[k]
         if reason != "eos" or job.stop_reason in (None, "eos"):
             job.stop_reason = reason
-        last = job._piece + 1 == len(job._req.pieces) or reason == "cancelled"
+        if job._text is not None:  # a later piece may still come: a piece's end is not the job's
+            last = reason == "cancelled" or job._text.is_last(job._piece) is True
+        else:
+            last = job._piece + 1 == len(job._req.pieces) or reason == "cancelled"
         job._raw = {}
         if job._eager:
             self._decode_piece(job, last)
@@ -434,14 +517,30 @@ class Scheduler:
             self.finish_timings(job, None)
             return
         job._piece += 1
+        if job._text is not None:  # admitted again (the pause first) once the next piece's text is final
+            with self._lock:
+                self._parked.append(job)
+            return
         if not job._eager:
-            pause = np.zeros(int(PAUSE_SECONDS * self._model.sample_rate), dtype=np.float32)
-            job._samples += len(pause)
-            job._put(AudioChunk(pause, self._model.sample_rate, self._engine.empty_codes(), job._index))
-            job._index += 1
+            self._pause(job)
         with self._lock:  # out of its slot until the next piece is admitted: still counted
             self._admitting += 1
         self._start(job)
+
+    def _pause(self, job: Job) -> None:
+        pause = np.zeros(int(PAUSE_SECONDS * self._model.sample_rate), dtype=np.float32)
+        job._samples += len(pause)
+        job._put(AudioChunk(pause, self._model.sample_rate, self._engine.empty_codes(), job._index))
+        job._index += 1
+
+    def _end_text(self, job: Job) -> None:
+        """A streamed-text job whose text ended after its last piece's final chunk went out: an
+        empty last chunk carries the stop reason (as Model.stream_text's)."""
+        if job._piece == 0:
+            self._fail(job, ValueError("text is empty"))
+            return
+        finish_timings(job.timings, job._gen, job._frames, job._samples / self._model.sample_rate, job._t_start)
+        self.finish_timings(job, job.stop_reason or "eos")
 
     def _emit(self, job: Job, reason: str | None, final: bool = False) -> None:
         codes = np.concatenate(job._pending) if job._pending else self._engine.empty_codes()

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Request, UploadFile, WebSocket
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -20,6 +20,7 @@ from .errors import ApiError, clone_error, error_response, install
 from .metrics import CONTENT_TYPE, Metrics, route_of
 from .schemas import MAX_INPUT_CHARS, SpeechRequest, model_list
 from .speech import MAX_UPLOAD_BYTES, Served, speech, upload_file
+from .speech_ws import speech_stream
 from .voices import VoiceStore, check_id
 
 SHUTDOWN_CANCEL_TIMEOUT_S = 10.0
@@ -122,6 +123,10 @@ def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None,
     @app.post("/v1/audio/speech", dependencies=auth)
     async def create_speech(body: SpeechRequest, request: Request) -> Response:
         return await speech(served, body, request.receive)
+
+    @app.websocket("/v1/audio/speech/stream")
+    async def stream_speech(websocket: WebSocket) -> None:
+        await speech_stream(served, websocket, api_key)  # checks the key itself: its errors are messages
 
     @app.get("/v1/audio/voices", dependencies=auth)
     async def list_voices() -> dict[str, Any]:
