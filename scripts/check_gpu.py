@@ -203,6 +203,8 @@ def run(a: argparse.Namespace) -> int:
     if a.device != "cpu":
         r.phase("batch_0.6B_bf16", ["batch", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
                                     "--batches", "1,8,32,64"], 60)
+        r.phase("serve_0.6B_bf16", ["serve", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
+                                    "--batches", "8,64", "--clients", "40", "--rate", "10", "--duration", "8"], 40)
         # the VoiceDesign model once computed at the fast level inside an exact process
         # (docs/gpu.md, "Status"): repeated, alone, and with cuBLAS's TF32 switch set before start
         exact = ["parity", str(gold), "--device", a.device, "--precision", "exact", "--ops", a.ops]
@@ -291,6 +293,14 @@ def format_table(res: dict[str, Any]) -> str:
                              f"{'-' if x['wav_max_abs'] is None else format(x['wav_max_abs'], '.1e')}"
                              for x in mm["requests"])
             lines.append(f"* {mm['model']} ({', '.join(sorted(set(mm['devices'].values())))}): {reqs}")
+    got = (ph.get("serve_0.6B_bf16") or {}).get("result")
+    if got:
+        keys = ("audio_s_per_s", "ms_per_frame", "first_audio_p50_ms", "first_audio_p95_ms", "underruns",
+                "completed", "requests")
+        lines += ["", f"## bench serve ({got['device']}, {got.get('device_description', '')})", "",
+                  "| B | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+        lines += [f"| {b} | " + " | ".join("-" if row.get(k) is None else f"{row[k]:.4g}" for k in keys) + " |"
+                  for b, row in got["batches"].items()]
     got = (ph.get("first_audio_0.6B_bf16") or {}).get("result")
     if got:
         med = got["median"]
@@ -326,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--goldens", help="a folder `goldens` wrote (the reference then need not be installed here)")
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--phases", help="run only these phases (comma-separated names as in the JSON)")
-    for name in ("info", "goldens", "parity", "batch_parity", "speed", "batch", "first_audio", "official"):
+    for name in ("info", "goldens", "parity", "batch_parity", "speed", "batch", "serve", "first_audio", "official"):
         p = sub.add_parser(name, help=argparse.SUPPRESS)
         p.add_argument("--json", required=True)
         if name in ("goldens", "parity", "batch_parity"):
@@ -342,14 +352,18 @@ def main(argv: list[str] | None = None) -> int:
                            help="where the code predictor samples: the host sampler, or in its frame graph "
                                 "(default: the device's choice, in the graph off the CPU)")
             p.add_argument("--only", help="the cases of this tiny model only")
-        if name in ("speed", "batch", "first_audio", "official"):
+        if name in ("speed", "batch", "serve", "first_audio", "official"):
             p.add_argument("release")
             p.add_argument("--frames", type=int, default=100)
-        if name in ("speed", "batch", "first_audio"):
+        if name in ("speed", "batch", "serve", "first_audio"):
             p.add_argument("type")
             p.add_argument("--device", default="auto")
-        if name == "batch":
+        if name in ("batch", "serve"):
             p.add_argument("--batches", default="1,8,32,64")
+        if name == "serve":
+            p.add_argument("--clients", type=int, default=40)
+            p.add_argument("--rate", type=float, default=10.0)
+            p.add_argument("--duration", type=float, default=8.0)
         if name == "first_audio":
             p.add_argument("--runs", type=int, default=5)
         if name == "speed":
@@ -378,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
         got = gc.batching(a.release, a.type, a.device, a.frames, [int(b) for b in a.batches.split(",")])
     elif a.cmd == "batch_parity":
         got = gc.batch_parity(Path(a.dir), a.device, a.precision)
+    elif a.cmd == "serve":
+        got = gc.serve(a.release, a.type, a.device, a.frames, a.clients, a.rate, a.duration,
+                       [int(b) for b in a.batches.split(",")])
     elif a.cmd == "first_audio":
         got = gc.first_audio(a.release, a.type, a.device, a.runs)
     else:

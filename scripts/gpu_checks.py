@@ -314,6 +314,16 @@ def first_audio(release: str, qtype: str, device: str, runs: int) -> dict[str, A
     return {"devices": m.devices, "runs": rows, "median": med}
 
 
+def serve(release: str, qtype: str, device: str, frames: int, clients: int, rate: float, duration: float,
+          batches: list[int]) -> dict[str, Any]:
+    """`qtts-cli bench serve`'s measurement (python/qtts/bench/serve.py) on this device: a live
+    server per max batch under Poisson-arriving streaming clients."""
+    from qtts.bench.common import prepare
+    from qtts.bench.serve import serve_worker
+
+    return serve_worker(str(prepare(release, qtype, 0)), 4, frames, 0, clients, rate, duration, batches, device=device)
+
+
 def official(release: str, frames: int) -> dict[str, Any]:
     """The official package on the same device and weights: bf16, x-vector voice, same frames."""
     import torch
