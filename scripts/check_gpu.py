@@ -39,7 +39,8 @@ GGML = "libggml-python==0.20.2.post1"
 RUNTIME_WHEELS = ["gguf>=0.17", "soundfile>=0.12", "cffi", "pycparser", "soxr>=0.3"]
 # The server and its clients for `bench serve` (the GPU image has httpx, anyio and h11)
 SERVER_WHEELS = ["fastapi==0.165.0", "starlette==1.10.0", "pydantic==2.14.4", "pydantic-core==2.50.5",
-                 "annotated-types==0.8.0", "typing-inspection==0.4.5", "uvicorn==0.54.0", "python-multipart==0.0.34",
+                 "annotated-types==0.8.0", "typing-inspection==0.4.5", "opentelemetry-api==1.45.2", "uvicorn==0.54.0",
+                 "python-multipart==0.0.34",
                  "websockets==15.0.1", "openai==3.57.0", "distro", "jiter==0.19.0", "sniffio==1.3.1"]
 BUILD_WHEELS = ["scikit-build-core~=1.0.0", "setuptools-scm~=10.2", "vcs-versioning", "packaging>=26.2"]
 REFERENCE_WHEELS = ["qwen-tts==0.1.1", "transformers==4.57.3", "huggingface_hub<1.0", "tokenizers~=0.22.0",
