@@ -25,6 +25,10 @@ def measure(kind: str, args: list[str]) -> dict[str, Any]:
         from .serve import serve_worker
 
         return serve_worker(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]), args[5])
+    if kind == "streams":
+        from .batch import streams_worker
+
+        return streams_worker(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]))
     if kind == "memory":
         from .memory import memory_worker
 
