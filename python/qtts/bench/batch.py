@@ -116,7 +116,7 @@ def streams_worker(gguf: str, threads: int, frames: int, streams: int, seed: int
             audio = sum(job.result().duration for job in jobs)
             wall = time.perf_counter() - t0
         r["end_to_end"][b] = {"audio_s_per_s": audio / wall, "vocoder_ms_per_frame": sum(
-            job.timings.vocoder_ms for job in jobs) / (b * frames)}
+            job.timings.vocoder_ms_per_frame for job in jobs) / b}
     return r
 
 
