@@ -301,7 +301,7 @@ def test_cancel_takes_no_more_engine_work(cv: qtts.Model, monkeypatch: pytest.Mo
     another step, and without vocoding their frames that nobody will hear: on busy cores each
     costs seconds past --shutdown-timeout."""
     calls: list[str] = []
-    step, push = SessionHandle.batch_step, SessionHandle.decode_stream_push
+    step, push = SessionHandle.batch_step, SessionHandle.decode_streams_push
 
     def batch_step(self: SessionHandle, batch: object, n: int) -> object:
         calls.append("step")
@@ -311,12 +311,12 @@ def test_cancel_takes_no_more_engine_work(cv: qtts.Model, monkeypatch: pytest.Mo
             calls.append("cancelled")
         return out
 
-    def decode_stream_push(self: SessionHandle, codes: object, stream: int = 0) -> object:
+    def decode_streams_push(self: SessionHandle, items: list) -> object:
         calls.append("push")
-        return push(self, codes, stream)
+        return push(self, items)
 
     monkeypatch.setattr(SessionHandle, "batch_step", batch_step)
-    monkeypatch.setattr(SessionHandle, "decode_stream_push", decode_stream_push)
+    monkeypatch.setattr(SessionHandle, "decode_streams_push", decode_streams_push)
     sched = Scheduler(cv, max_batch=2)
     jobs = [sched.submit(TEXTS[0], speaker="ryan", seed=i, max_new_tokens=10_000, frame_budget=None)
             for i in range(2)]

@@ -21,8 +21,6 @@ std::vector<float> rows(const FloatRows & a, int width, const char * what, int *
     return std::vector<float>(a.data(), a.data() + a.size());
 }
 
-namespace {
-
 std::vector<int32_t> code_rows(const py::array & a, int groups, int64_t * n) {
     if (a.ndim() != 2 || a.shape(1) != groups) throw Error(format("codes must have shape [n, %d]", groups));
     if (a.dtype().kind() != 'i' && a.dtype().kind() != 'u') throw Error("codes must be an integer array");
@@ -42,6 +40,8 @@ py::array_t<float> matrix(const std::vector<float> & v, py::ssize_t width) {
     std::memcpy(arr.mutable_data(), v.data(), v.size() * sizeof(float));
     return arr;
 }
+
+namespace {
 
 py::tuple talker_output(const TalkerOutput & out) {
     return py::make_tuple(py::array_t<float>(out.logits.size(), out.logits.data()),
@@ -112,19 +112,6 @@ void generate_append(Session & s, const FloatRows & rows_in, bool text_final, in
     s.generate_append(r, n, text_final, frame_budget);
 }
 
-// Codes [n, n_quantizers] in, samples out, through one of the session's codec entry points.
-py::array_t<float> run_codec(Session & s, const py::array & codes,
-                             std::vector<float> (Session::*fn)(const std::vector<int32_t> &, int64_t)) {
-    int64_t n = 0;
-    std::vector<int32_t> c = code_rows(codes, s.model().vocoder.n_quantizers, &n);
-    std::vector<float> out;
-    {
-        py::gil_scoped_release release;
-        out = (s.*fn)(c, n);
-    }
-    return samples(out);
-}
-
 }  // namespace
 
 void bind_session(py::module_ & m) {
@@ -167,8 +154,6 @@ void bind_session(py::module_ & m) {
                  return matrix(out, s.model().talker.n_embd());
              },
              py::arg("codes"), "The talker's input embedding of each frame of codes [n, groups].")
-        .def("decode", [](Session & s, const py::array & codes) { return run_codec(s, codes, &Session::decode); },
-             py::arg("codes"), "Waveform [n * hop] of codes [n, n_quantizers], as the reference's chunked decode.")
         .def("speaker_embed",
              [](Session & s, const FloatRows & mel) {
                  if (!s.model().speaker_encoder) throw Error("this model has no speaker encoder (voice cloning needs a Base model)");
@@ -196,36 +181,6 @@ void bind_session(py::module_ & m) {
                  return out;
              },
              py::arg("samples"), "Codes [ceil(n / hop), n_quantizers] of 24 kHz samples (the codec encoder).")
-        .def("decode_stream_reset", &Session::decode_stream_reset, py::arg("silent_frames") = 0, py::arg("stream") = 0,
-             "Start a new codec stream (under its id); the first silent_frames frames give no samples.")
-        .def("decode_stream_push",
-             [](Session & s, const py::array & codes, int stream) {
-                 int64_t n = 0;
-                 std::vector<int32_t> c = code_rows(codes, s.model().vocoder.n_quantizers, &n);
-                 std::vector<float> out;
-                 {
-                     py::gil_scoped_release release;
-                     out = s.decode_stream_push(c, n, stream);
-                 }
-                 return samples(out);
-             },
-             py::arg("codes"), py::arg("stream") = 0, "The samples of the next frames of the stream, [n * hop].")
-        .def("decode_stream_close", &Session::decode_stream_close, py::arg("stream"),
-             "Forget a codec stream and its state.")
-        .def("decode_stages",
-             [](Session & s, const py::array & codes, const std::vector<std::string> & names) {
-                 int64_t n = 0;
-                 std::vector<int32_t> c = code_rows(codes, s.model().vocoder.n_quantizers, &n);
-                 std::vector<CodecStage> got;
-                 {
-                     py::gil_scoped_release release;
-                     got = s.decode_stages(c, n, names);
-                 }
-                 py::dict d;
-                 for (size_t i = 0; i < names.size(); ++i) d[py::str(names[i])] = matrix(got[i].data, got[i].width);
-                 return d;
-             },
-             py::arg("codes"), py::arg("names"), "Named decoder intermediates, each [time, channels].")
         .def("talker_prefill",
              [](Session & s, const FloatRows & embd, int n_ctx) {
                  int n = 0;

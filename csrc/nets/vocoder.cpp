@@ -1,13 +1,5 @@
-// The vocoder's loader, its graph and the Session calls that run it (docs/model.md, "Vocoder"). Activations are
-// channel-fastest (ne = [C, T]); the convolutions and SnakeBeta come from CodecOps: on the native
-// path conv_gemm over panel-packed weights and a SnakeBeta op that also writes the next conv's
-// left context (ops/snake_beta.h), on the portable path their stock-op forms (ops/stock.h).
-//
-// A graph decodes n frames of one segment (one reference chunk) from the segment's carried
-// state and updates that state in place: each conv's last input rows are copied back, and the
-// transformer's keys/values go to a per-segment cache. Attention runs over the cache padded to
-// a multiple of 32 keys with the padding masked: the padded keys only add exact zeros to the
-// SIMD sums, so a frame's result does not depend on how many frames share its graph.
+// The vocoder's loader and its carried state (docs/model.md, "Vocoder"); its graph and runners
+// are in nets/vocoder_run.cpp.
 #include "nets/vocoder.h"
 
 #include <algorithm>
@@ -22,17 +14,10 @@
 #include "runtime/loader.h"
 #include "runtime/metadata.h"
 #include "runtime/names.h"
-#include "runtime/session.h"
 
 namespace qtts {
 
 namespace {
-
-constexpr float kConvNextEps = 1e-6f;
-// Attention keys are padded to a multiple of this, ggml's F32 SIMD step, with the padding masked.
-constexpr int64_t kKeyPad = 32;
-constexpr int64_t kMaxGraphFrames = 50;  // 4 s of audio per graph: bounds the compute buffer
-constexpr int64_t kConvWarmup = 16;      // frames through the conv stack before the first kept one
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -143,129 +128,10 @@ void vocoder_convs(const Vocoder & c, std::vector<PanelConv> & out) {
     }
 }
 
-namespace {
-
-struct Builder {
-    ggml_context * ctx;
-    ggml_cgraph * gf;
-    const Vocoder & w;
-    VocoderState & st;
-    CodecOps ops;
-
-    ggml_tensor * with_left(ggml_tensor * x, ggml_tensor * left) {
-        ggml_tensor * xp = ggml_concat(ctx, left, x, 1);
-        keep(ctx, gf, xp, left);
-        return xp;
-    }
-    ggml_tensor * snake(ggml_tensor * x, const Snake & s, ggml_tensor * left) {
-        ggml_tensor * y = ops.snake(x, s.exp_alpha, s.inv_beta, left);
-        if (left) keep(ctx, gf, y, left);
-        return y;
-    }
-
-    ggml_tensor * rvq(ggml_tensor * codes, int64_t n) {
-        auto embd = [&](int g) {
-            return ggml_get_rows(ctx, w.codebooks[g], ggml_view_1d(ctx, codes, n, g * codes->nb[1]));
-        };
-        ggml_tensor * rest = embd(1);
-        for (int g = 2; g < w.n_quantizers; ++g) rest = ggml_add(ctx, rest, embd(g));
-        return named(ggml_add(ctx, mul_mat(ctx, w.rvq_first_out, embd(0)), mul_mat(ctx, w.rvq_rest_out, rest)),
-                     "cd.rvq");
-    }
-
-    ggml_tensor * transformer(ggml_tensor * x, ggml_tensor * pos, ggml_tensor * mask, int64_t n_kv) {
-        x = linear(ctx, x, w.tfm_in, w.tfm_in_b);
-        const KvWindow kv{&st.k, &st.v, st.n_past, n_kv};
-        StackOptions o;
-        o.prefix = "cd.tfm";
-        o.kv = &kv;
-        o.mask = mask;
-        x = transformer_stack(ctx, gf, x, pos, w.tfm, o);
-        return named(linear(ctx, rms_norm(ctx, x, w.tfm_norm, w.tfm.hp.eps), w.tfm_out, w.tfm_out_b), "cd.tfm");
-    }
-
-    // Causal ConvTranspose with kernel = stride: one GEMM whose tap-major outputs are the frames.
-    ggml_tensor * upsample(ggml_tensor * x, int i) {
-        const Vocoder::Upsample & u = w.upsample[i];
-        const int64_t C = w.latent_dim, n = x->ne[1] * w.upsampling_ratios[i];
-        x = ggml_add(ctx, ggml_reshape_2d(ctx, ops.conv(x, u.conv, x->ne[1], nullptr, nullptr), C, n), u.conv_b);
-        // ConvNeXt: causal depthwise k7 as a sum of shifted rows, then LayerNorm over channels
-        ggml_tensor * xp = with_left(x, st.up[i]);
-        ggml_tensor * h = nullptr;
-        for (int64_t k = 0; k < kConvNextKernel; ++k) {
-            ggml_tensor * tap = ggml_mul(ctx, ggml_view_2d(ctx, xp, C, n, xp->nb[1], k * xp->nb[1]),
-                                         ggml_view_1d(ctx, u.dwconv, C, k * u.dwconv->nb[1]));
-            h = h ? ggml_add(ctx, h, tap) : tap;
-        }
-        h = ggml_add(ctx, h, u.dwconv_b);
-        h = ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, h, kConvNextEps), u.norm), u.norm_b);
-        h = ops.conv(ggml_gelu_erf(ctx, ops.conv(h, u.pw1, n, u.pw1_b, nullptr)), u.pw2, n, u.pw2_b, nullptr);
-        return named(ggml_add(ctx, x, ggml_mul(ctx, h, u.gamma)), "cd.up%d", i);
-    }
-
-    // SnakeBeta, causal ConvTranspose (kernel 2r, stride r, r trimmed on the right) as one GEMM
-    // over the frames and their predecessor plus an add of the two halves, 3 residual units.
-    ggml_tensor * voc_block(ggml_tensor * x, int b) {
-        const Vocoder::VocBlock & blk = w.voc[b];
-        const int64_t n = x->ne[1], r = w.upsample_rates[b], C = w.decoder_dim >> (b + 1);
-        ggml_tensor * y = ops.conv(snake(x, blk.snake, st.blocks[b].up), blk.up, n + 1, nullptr, nullptr);
-        const size_t cb = C * sizeof(float);
-        ggml_tensor * cur = ggml_view_3d(ctx, y, C, r, n, cb, y->nb[1], y->nb[1]);  // taps 0..r-1 of frame t
-        ggml_tensor * prev = ggml_view_3d(ctx, y, C, r, n, cb, y->nb[1], r * cb);   // taps r..2r-1 of frame t-1
-        x = ggml_add(ctx, ggml_reshape_2d(ctx, ggml_add(ctx, cur, prev), C, r * n), blk.up_b);
-        for (int j = 0; j < kResidualUnits; ++j) {
-            const Vocoder::Residual & u = blk.res[j];
-            ggml_tensor * h = ops.conv(snake(x, u.snake1, st.blocks[b].res[j]), u.conv1, r * n, u.conv1_b, nullptr);
-            // the block's output is "cd.blk<b>.res2"
-            x = named(ops.conv(snake(h, u.snake2, nullptr), u.conv2, r * n, u.conv2_b, x), "cd.blk%d.res%d", b, j);
-        }
-        return x;
-    }
-
-    // full = false stops after the transformer: it only advances the segment's state (the
-    // transformer's keys/values and the pre-conv context) for frames whose audio is not needed.
-    ggml_tensor * build(int64_t n, int64_t n_kv, bool full) {
-        ggml_tensor * codes = input(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n, w.n_quantizers), "cd.codes");
-        ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n), "cd.pos");
-        ggml_tensor * mask = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n), "cd.mask");
-
-        ggml_tensor * x = with_left(rvq(codes, n), st.pre_conv);
-        x = named(ops.conv(x, w.pre_conv, n, w.pre_conv_b, nullptr), "cd.pre_conv");
-        x = transformer(x, pos, mask, n_kv);
-        if (!full) return x;
-        for (int i = 0; i < static_cast<int>(w.upsample.size()); ++i) x = upsample(x, i);
-        x = named(ops.conv(with_left(x, st.voc_in), w.voc_in, x->ne[1], w.voc_in_b, nullptr), "cd.voc_in");
-        for (int b = 0; b < static_cast<int>(w.voc.size()); ++b) x = voc_block(x, b);
-        const int64_t L = x->ne[1], C = x->ne[0];
-        ggml_tensor * s = snake(x, w.out_snake, st.out);
-        // 1 output channel: ggml's mul_mat over overlapping rows beats a one-lane GEMM panel
-        ggml_tensor * wav = ops.portable ? ops.conv(s, w.out_conv, L, nullptr, nullptr)
-                                         : mul_mat(ctx, ggml_reshape_2d(ctx, w.out_conv, kVocKernel * C, 1),
-                                                        overlapping_rows(ctx, s, kVocKernel * C, L));
-        return named(ggml_clamp(ctx, ggml_add(ctx, wav, w.out_conv_b), -1.0f, 1.0f), "cd.wav");
-    }
-};
-
-void check_codes(const Vocoder & w, const std::vector<int32_t> & codes, int64_t n) {
-    const int64_t g = w.n_quantizers;
-    if (n < 0 || static_cast<int64_t>(codes.size()) != n * g) {
-        fail("codes must have shape [n, %lld], got %zu values for %lld frames", static_cast<long long>(g), codes.size(),
-             static_cast<long long>(n));
-    }
-    for (size_t i = 0; i < codes.size(); ++i) {
-        if (codes[i] < 0 || codes[i] >= w.codebook_size) {
-            fail("code %d at frame %lld, codebook %lld is outside [0, %d)", codes[i], static_cast<long long>(i / g),
-                 static_cast<long long>(i % g), w.codebook_size);
-        }
-    }
-}
-
-}  // namespace
-
 VocoderState::VocoderState(const Vocoder & w, ggml_backend_t backend) {
     const size_t n_layer = w.tfm.layers.size();
     ggml_context * ctx = state_.begin(4 + 2 * n_layer + w.upsample.size() + (1 + kResidualUnits) * w.voc.size());
-    n_ctx = round_up(kDecodeChunk + kDecodeContext, kKeyPad);
+    n_ctx = round_up(kDecodeChunk + kDecodeContext, kVocoderKeyPad);
     const TransformerHParams & hp = w.tfm.hp;
     auto f32 = [&](int64_t a, int64_t b) { return ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a, b); };
     pre_conv = f32(w.codebook_dim, kPreConvKernel - 1);
@@ -290,138 +156,6 @@ void VocoderState::reset() {
     // zeros are the causal padding, and keep the masked cache rows finite
     state_.clear();
     n_past = 0;
-}
-
-std::vector<float> Session::codec_run(VocoderState & st, const int32_t * codes, int64_t n,
-                                      const std::vector<std::string> & stages, std::vector<CodecStage> * got,
-                                      bool full) {
-    const Phase phase(*this, "vocoder");
-    const Vocoder & w = model_->vocoder;
-    const int64_t g = w.n_quantizers, n_kv = round_up(st.n_past + n, kKeyPad);
-    if (n_kv > st.n_ctx) fail("codec decoder: segment of %lld frames exceeds its cache", static_cast<long long>(st.n_past + n));
-    ggml_cgraph * gf = run(
-        [&](ggml_context * ctx, ggml_cgraph * graph) {
-            Builder b{ctx, graph, w, st, codec_ops(ctx)};
-            ggml_tensor * out = b.build(n, n_kv, full);
-            for (const std::string & s : stages) {
-                ggml_tensor * t = ggml_get_tensor(ctx, s.c_str());
-                if (!t) fail("the codec decoder graph has no stage '%s'", s.c_str());
-                ggml_set_output(t);
-            }
-            return out;
-        },
-        [&](ggml_cgraph * graph) {
-            std::vector<int32_t> ids(static_cast<size_t>(n * g)), pos(static_cast<size_t>(n));
-            for (int64_t t = 0; t < n; ++t) {
-                for (int64_t q = 0; q < g; ++q) ids[q * n + t] = codes[t * g + q];
-                pos[t] = static_cast<int32_t>(st.n_past + t);
-            }
-            // query t (position p) sees keys p-window+1..p of its segment
-            std::vector<float> mask(static_cast<size_t>(n * n_kv), -INFINITY);
-            for (int64_t t = 0; t < n; ++t) {
-                const int64_t p = st.n_past + t;
-                for (int64_t j = std::max<int64_t>(0, p - w.sliding_window + 1); j <= p; ++j) mask[t * n_kv + j] = 0.0f;
-            }
-            set_input(graph, "cd.codes", ids);
-            set_input(graph, "cd.pos", pos);
-            set_input(graph, "cd.mask", mask);
-        });
-    st.n_past += n;
-    if (got) {
-        for (const std::string & s : stages) {
-            got->push_back({ggml_graph_get_tensor(gf, s.c_str())->ne[0], read_tensor(gf, s.c_str())});
-        }
-    }
-    return read_output(gf);
-}
-
-// Frames [f0, f0+n) of a stream: each chunk c (frames 300c.. 300c+299) is decoded by its own
-// segment, fed from 25 frames earlier (c > 0) to warm it up, whose samples are dropped, as are
-// those of frames before s.silent_until. Frames whose samples are dropped and that lie more than
-// kConvWarmup frames before the first kept one only run up to the transformer: the conv stack
-// after it forgets its input within a few frames (about 10 by its kernel sizes and rates), so
-// its state at the first kept frame is bit-identical either way.
-void Session::codec_push(CodecStream & s, const int32_t * codes, int64_t n, std::vector<float> & out) {
-    require_cpu_codec("the codec decoder");
-    const Vocoder & w = model_->vocoder;
-    const int64_t g = w.n_quantizers, hop = w.hop_length, f0 = s.n_frames, f1 = f0 + n;
-    for (int64_t c = f0 / kDecodeChunk;; ++c) {
-        const int64_t emit = std::max(c * kDecodeChunk, s.silent_until), end = c * kDecodeChunk + kDecodeChunk;
-        const int64_t start = c * kDecodeChunk - std::min(c * kDecodeChunk, kDecodeContext);
-        if (start >= f1) break;
-        const int slot = static_cast<int>(c % 2);
-        if (s.chunk[slot] != c) {
-            if (!s.slot[slot]) s.slot[slot] = std::make_unique<VocoderState>(w, codec_backend());
-            s.slot[slot]->reset();
-            s.chunk[slot] = c;
-        }
-        const int64_t warm = std::max(start, emit - kConvWarmup);  // first frame through the whole decoder
-        for (int64_t a = std::max(f0, start), b_end = std::min(f1, end); a < b_end;) {
-            const bool full = a >= warm;
-            const int64_t m = std::min(kMaxGraphFrames, (full ? b_end : std::min(b_end, warm)) - a);
-            std::vector<float> wav = codec_run(*s.slot[slot], codes + (a - f0) * g, m, {}, nullptr, full);
-            const int64_t skip = std::max<int64_t>(0, emit - a);
-            if (full && skip < m) out.insert(out.end(), wav.begin() + skip * hop, wav.end());
-            a += m;
-        }
-    }
-    s.n_frames = f1;
-}
-
-void Session::require_cpu_codec(const char * what) const {
-    if (model_->ops == OpsPath::native && !ggml_backend_buffer_is_host(model_->vocoder.pre_conv->buffer)) {
-        throw EngineError(format("%s needs its weights in host memory, which this model's device did not allow", what),
-                          {});
-    }
-}
-
-std::vector<float> Session::decode(const std::vector<int32_t> & codes, int64_t n) {
-    check_codes(model_->vocoder, codes, n);
-    if (n < 1) fail("decode needs at least one frame");
-    CodecStream s;
-    std::vector<float> out;
-    codec_push(s, codes.data(), n, out);
-    return out;
-}
-
-void Session::decode_stream_reset(int64_t silent_frames, int stream) {
-    if (silent_frames < 0) fail("decode_stream_reset: silent_frames must be >= 0");
-    if (stream < 0) fail("decode stream ids are >= 0, got %d", stream);
-    CodecStream & s = codec_streams_[stream];
-    s.n_frames = 0;
-    s.silent_until = silent_frames;
-    s.chunk[0] = s.chunk[1] = -1;
-}
-
-std::vector<float> Session::decode_stream_push(const std::vector<int32_t> & codes, int64_t n, int stream) {
-    check_codes(model_->vocoder, codes, n);
-    auto it = codec_streams_.find(stream);
-    if (it == codec_streams_.end()) {
-        if (stream != 0) fail("decode stream %d was not started (decode_stream_reset first)", stream);
-        it = codec_streams_.emplace(0, CodecStream{}).first;
-    }
-    std::vector<float> out;
-    codec_push(it->second, codes.data(), n, out);
-    return out;
-}
-
-void Session::decode_stream_close(int stream) {
-    if (stream == 0) {
-        decode_stream_reset(0, 0);
-    } else if (codec_streams_.erase(stream) == 0) {
-        fail("decode stream %d is not open", stream);
-    }
-}
-
-std::vector<CodecStage> Session::decode_stages(const std::vector<int32_t> & codes, int64_t n,
-                                               const std::vector<std::string> & stages) {
-    check_codes(model_->vocoder, codes, n);
-    if (n < 1 || n > kDecodeChunk) fail("decode_stages takes 1 to %lld frames", static_cast<long long>(kDecodeChunk));
-    require_cpu_codec("the codec decoder");
-    VocoderState st(model_->vocoder, codec_backend());
-    std::vector<CodecStage> got;
-    codec_run(st, codes.data(), n, stages, &got, true);
-    return got;
 }
 
 }  // namespace qtts

@@ -2,12 +2,14 @@
 // (docs/model.md, "Vocoder"). The network is causal end to end, so a graph over any run of
 // frames computes their samples exactly, given the state carried from the frames before: the
 // left context of every convolution and the keys and values of the sliding-window transformer.
-// Session::decode and the streaming calls (nets/vocoder.cpp) run the reference's chunked decode
-// this way.
+// The runners below (nets/vocoder_run.cpp) run the reference's chunked decode this way, several
+// streams in one graph (docs/serving.md, "Batched vocoder").
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -30,6 +32,8 @@ inline constexpr int64_t kConvNextKernel = 7;  // the upsampling stages' depthwi
 inline constexpr int64_t kVocKernel = 7;       // the vocoder's input, residual and output convs
 inline constexpr int kResidualUnits = 3;      // per vocoder block
 inline constexpr int kDilations[kResidualUnits] = {1, 3, 9};
+// Attention keys are padded to a multiple of this, ggml's F32 SIMD step, with the padding masked.
+inline constexpr int64_t kVocoderKeyPad = 32;
 
 struct Snake {
     ggml_tensor *exp_alpha = nullptr, *inv_beta = nullptr;  // [channels] each
@@ -115,5 +119,44 @@ struct CodecStream {
     std::unique_ptr<VocoderState> slot[2];
     int64_t chunk[2] = {-1, -1};
 };
+
+// A session's codec streams by id: the data the streaming runners take. Stream 0 always
+// exists (the single-stream API's); other ids are opened and closed by their users.
+class VocoderStreams {
+public:
+    // Start stream `id` anew; its first silent_frames frames give no samples.
+    void open(int id, int64_t silent_frames);
+    // An Error for an id that was not opened.
+    CodecStream & get(int id);
+    // Forget stream `id` and its state (stream 0 is only reset).
+    void close(int id);
+
+private:
+    std::map<int, CodecStream> by_id_;
+};
+
+// Codes [n, n_quantizers] row-major, each in [0, codebook_size): an Error naming the culprit.
+void vocoder_check_codes(const Vocoder & w, const std::vector<int32_t> & codes, int64_t n);
+
+// The reference's chunked decode of n >= 1 frames.
+std::vector<float> vocoder_decode(const Vocoder & w, const CodecRunner & r, const std::vector<int32_t> & codes,
+                                  int64_t n);
+
+// The next n frames of one stream ([n, n_quantizers] row-major), and their samples.
+struct VocoderPush {
+    CodecStream * stream = nullptr;
+    const int32_t * codes = nullptr;
+    int64_t n = 0;
+    std::vector<float> out;
+};
+// Push every stream's frames, the streams stepping together: one graph decodes a segment's
+// frames of each stream (as many streams and frames as a graph holds), each from its own state.
+// A stream's samples are bit-identical to its pushes one by one, however its frames are split
+// (docs/serving.md, "Batched vocoder"). The streams must be distinct.
+void vocoder_push(const Vocoder & w, const CodecRunner & r, std::vector<VocoderPush> & pushes);
+
+// Named intermediates ("cd.rvq", "cd.tfm", ...) of one graph over n <= kDecodeChunk frames.
+std::vector<CodecStage> vocoder_stages(const Vocoder & w, const CodecRunner & r, const std::vector<int32_t> & codes,
+                                       int64_t n, const std::vector<std::string> & stages);
 
 }  // namespace qtts

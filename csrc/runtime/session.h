@@ -88,20 +88,13 @@ public:
     GenerateResult generate(const std::vector<float> & prompt, int n_prompt, const std::vector<float> & trailing,
                             int n_trailing, const GenerateParams & p, const std::function<bool()> & should_stop);
 
-    // The vocoder (nets/vocoder.cpp); codes are [n, n_quantizers] row-major. decode()
-    // reproduces the reference's chunked decode; a stream gives the same samples, bit for bit,
-    // however its frames are split into pushes.
-    std::vector<float> decode(const std::vector<int32_t> & codes, int64_t n);
-    // A new stream; its first silent_frames frames only condition the decoder (their samples
-    // are not returned), as the reference frames of an ICL voice. Streams are independent, each
-    // under its own id (several requests decode at once when batched); 0 always exists.
-    void decode_stream_reset(int64_t silent_frames = 0, int stream = 0);
-    std::vector<float> decode_stream_push(const std::vector<int32_t> & codes, int64_t n, int stream = 0);
-    // Forget a stream and its state (stream 0 is only reset).
-    void decode_stream_close(int stream);
-    // Named intermediates ("cd.rvq", "cd.tfm", ...) of one graph over n <= kDecodeChunk frames.
-    std::vector<CodecStage> decode_stages(const std::vector<int32_t> & codes, int64_t n,
-                                          const std::vector<std::string> & stages);
+    // What the audio nets' runners (free functions, e.g. nets/vocoder.h) run their graphs with:
+    // this session's scheduler, buffers and threads, the graphs counted under `phase` when
+    // profiling.
+    CodecRunner codec_runner(const char * phase);
+    // The vocoder's streams (nets/vocoder.h): state the streaming runner takes, kept here
+    // between calls (several requests decode at once when batched, each under its own id).
+    VocoderStreams & vocoder_streams() { return vocoder_streams_; }
 
     // The speaker encoder (Base models): the x-vector of a log-mel [n_frames, mel_dim] row-major.
     std::vector<float> speaker_embed(const std::vector<float> & mel, int64_t n_frames);
@@ -199,9 +192,6 @@ private:
     // replayed graph (build_predictor_frame) on the CPU, step graphs elsewhere.
     void predict_frame(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
                        std::mt19937_64 & rng);
-    std::vector<float> codec_run(VocoderState & st, const int32_t * codes, int64_t n,
-                                 const std::vector<std::string> & stages, std::vector<CodecStage> * got, bool full);
-    void codec_push(CodecStream & s, const int32_t * codes, int64_t n, std::vector<float> & out);
 
     std::shared_ptr<const Model> model_;
     int n_threads_ = 1;
@@ -263,7 +253,7 @@ private:
     CodecOps codec_ops(ggml_context * ctx) const;
     ggml_backend_t codec_backend() const { return model_->ops == OpsPath::portable ? backend_ : cpu_; }
     bool fused_attention() const { return model_->fused_attention; }
-    std::map<int, CodecStream> codec_streams_;
+    VocoderStreams vocoder_streams_;
 };
 
 }  // namespace qtts

@@ -26,6 +26,10 @@ def measure(kind: str, args: list[str]) -> dict[str, Any]:
 
         return serve_worker(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]), float(args[5]),
                             float(args[6]), [int(b) for b in args[7].split(",")], args[8], args[9])
+    if kind == "streams":
+        from .batch import streams_worker
+
+        return streams_worker(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]))
     if kind == "memory":
         from .memory import memory_worker
 

@@ -8,6 +8,12 @@ into a fresh folder: one worker (-t 2), --jobs 2 (1 thread each) and --ray with 
 each). Reported: the process's wall time (model loads and Ray's start included), the synthesis
 wall time and audio seconds per second from the command's summary, and the memory of each
 worker process (RSS, PSS and anonymous MB from /proc/PID/smaps_rollup; not measured for Ray actors).
+
+With --streams B, the batched streaming vocoder instead (docs/serving.md, "Batched vocoder"), in
+a fresh process: a 100-frame offline decode; B streams of --frames random frames pushed in
+Model.stream's chunks (1, 2, 4, then 8 frames), one stream after the other and all B together
+(SessionHandle.decode_streams_push), each in ms per frame and stream; then end to end through the
+Scheduler, B = 1 and B requests of --frames frames (EOS masked), in audio seconds per second.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import clip, logger, machine, prepare
+from .common import TEXT, clip, logger, machine, prepare, settings, worker
 
 WORDS = ("the quiet river carries light through morning fields while distant bells answer every patient "
          "traveller who waits beside old stone bridges and listens to stories of harvest rain and wind").split()
@@ -54,9 +60,75 @@ def _voice(gguf: str, work: Path) -> Path:
     return out
 
 
+def _chunks(frames: int) -> list[int]:
+    """Model.stream's default chunk sizes for `frames` frames."""
+    out, k = [], 1
+    while sum(out) < frames:
+        out.append(min(k, frames - sum(out)))
+        k = min(2 * k, 8)
+    return out
+
+
+def streams_worker(gguf: str, threads: int, frames: int, streams: int, seed: int) -> dict[str, Any]:
+    import numpy as np
+
+    import qtts
+
+    from ..runtime.scheduler import Scheduler
+
+    m = qtts.Model(gguf, n_threads=threads, voice_cache=False)
+    rng = np.random.default_rng(seed)
+    q = m.engine.num_code_groups
+    codes = [rng.integers(0, 2048, (frames, q)) for _ in range(streams)]
+    sizes = _chunks(frames)
+    r: dict[str, Any] = {"streams": streams, "frames": frames, "chunks": sizes}
+    with m.engine.session() as s:
+        s.decode(codes[0][:4])  # warm-up
+        t0 = time.perf_counter()
+        s.decode(rng.integers(0, 2048, (100, q)))
+        r["offline_100_ms_per_frame"] = (time.perf_counter() - t0) * 1e3 / 100
+        ids = [m.engine.new_stream_id() for _ in range(streams)]
+        t0 = time.perf_counter()
+        for sid, c in zip(ids, codes):
+            s.decode_stream_reset(stream=sid)
+            at = 0
+            for k in sizes:
+                s.decode_stream_push(c[at:at + k], stream=sid)
+                at += k
+        r["alone_ms_per_frame"] = (time.perf_counter() - t0) * 1e3 / (frames * streams)
+        t0 = time.perf_counter()
+        for sid in ids:
+            s.decode_stream_reset(stream=sid)
+        at = 0
+        for k in sizes:
+            s.decode_streams_push([(sid, c[at:at + k]) for sid, c in zip(ids, codes)])
+            at += k
+        r["together_ms_per_frame"] = (time.perf_counter() - t0) * 1e3 / (frames * streams)
+        for sid in ids:
+            s.decode_stream_close(sid)
+    kw = {"voice": m.create_voice((clip(5.0), 24000), x_vector_only_mode=True)}
+    m.synthesize("Warm up.", **kw, **settings(4, seed))
+    r["end_to_end"] = {}
+    for b in sorted({1, streams}):
+        with Scheduler(m, max_batch=b, max_queue=b) as sched:
+            t0 = time.perf_counter()
+            jobs = [sched.submit(TEXT, **kw, **settings(frames, seed + i)) for i in range(b)]
+            audio = sum(job.result().duration for job in jobs)
+            wall = time.perf_counter() - t0
+        r["end_to_end"][b] = {"audio_s_per_s": audio / wall, "vocoder_ms_per_frame": sum(
+            job.timings.vocoder_ms_per_frame for job in jobs) / b}
+    return r
+
+
 def run_bulk(a: argparse.Namespace) -> dict[str, Any]:
     log = logger(a.quiet)
     gguf = a.model or str(prepare(a.release, a.type, a.seed, log))
+    if a.streams:
+        out = {"benchmark": "batch --streams", "release": a.release, "type": a.type, "model": gguf,
+               "threads": a.threads, "seed": a.seed, **machine()}
+        out["results"] = worker("streams", gguf, str(a.threads), str(a.frames), str(a.streams), str(a.seed))
+        out["load_avg_end"] = os.getloadavg()[0]
+        return out
     out: dict[str, Any] = {"benchmark": "batch", "release": a.release, "type": a.type, "model": gguf, "items": a.items,
                            "frames": a.frames, "max_batch": a.max_batch, "seed": a.seed, **machine(), "results": {}}
     with tempfile.TemporaryDirectory(prefix="qtts-bench-batch-") as tmp:
@@ -85,6 +157,17 @@ def run_bulk(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_bulk(r: dict[str, Any]) -> str:
+    if "streams" in r["benchmark"]:
+        x = r["results"]
+        e = {int(b): v for b, v in x["end_to_end"].items()}
+        rows = [f"{r['release']} {r['type']} random weights, {x['streams']} streams x {x['frames']} frames, "
+                f"{r['threads']} threads, load {r['load_avg']:.2f} -> {r['load_avg_end']:.2f}",
+                f"vocoder ms per frame and stream: offline (100 frames) {x['offline_100_ms_per_frame']:.1f}, "
+                f"streams alone {x['alone_ms_per_frame']:.1f}, together {x['together_ms_per_frame']:.1f}",
+                "end to end (Scheduler): " + ", ".join(
+                    f"B = {b}: {v['audio_s_per_s']:.2f} audio s/s (vocoder {v['vocoder_ms_per_frame']:.1f} ms/frame)"
+                    for b, v in sorted(e.items())) + f"; x{e[max(e)]['audio_s_per_s'] / e[1]['audio_s_per_s']:.2f}"]
+        return "\n".join(rows)
     rows = [f"{r['release']} {r['type']} random weights, {r['items']} items x {r['frames']} frames, max batch "
             f"{r['max_batch']}, load {r['load_avg']:.2f} -> {r['load_avg_end']:.2f}",
             f"{'configuration':<16}{'wall s':>8}{'synth s':>9}{'audio s':>9}{'audio s/s':>11}  workers (RSS / PSS / "

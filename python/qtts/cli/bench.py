@@ -130,6 +130,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--items", type=int, default=100, help="items of about two sentences (default 100)")
     p.add_argument("--frames", type=int, default=60, help="frames per item (EOS masked; default 60 = 4.8 s)")
     p.add_argument("--max-batch", type=int, default=8, help="items stepped together per worker (default 8)")
+    p.add_argument("--streams", type=int, default=0, help="measure the batched streaming vocoder with this many "
+                                                          "streams instead (and -t threads; docs/serving.md)")
+    p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads of --streams (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and items (default 0)")
     _tail(p)
 

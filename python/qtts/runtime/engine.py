@@ -378,6 +378,11 @@ class SessionHandle:
     def decode_stream_push(self, codes: np.ndarray, stream: int = 0) -> np.ndarray:
         return self.native.decode_stream_push(codes, stream=stream)
 
+    def decode_streams_push(self, items: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
+        """The next frames of several streams decoded together (docs/serving.md, "Batched
+        vocoder"): each stream's samples, the same as decode_stream_push gives it alone."""
+        return list(self.native.decode_streams_push(list(items)))
+
     def decode_stream_close(self, stream: int) -> None:
         self.native.decode_stream_close(stream)
 

@@ -187,6 +187,15 @@ class Job(TextInput):
         self._put(_END)
 
 
+@dataclass
+class _Emit:
+    """A job's chunk whose codes are gathered, waiting for the batched decode."""
+    job: Job
+    codes: np.ndarray
+    reason: str | None
+    final: bool
+
+
 class Scheduler:
     """Continuous batching over one Model: submit() requests from any thread, iterate their Jobs."""
 
@@ -214,6 +223,7 @@ class Scheduler:
         self._closing = False
         self._cancel_all = False
         self._requests = self._frames = self._cancelled = self._batch_size = 0
+        self._emits: list[_Emit] = []  # chunks waiting for the step's batched decode (worker only)
         self._worker = threading.Thread(target=self._run, name="qtts-scheduler", daemon=True)
         self._worker.start()
 
@@ -450,6 +460,7 @@ class Scheduler:
                 self._advance(job, codes, reason, raw)
             except Exception as e:
                 self._fail(job, e)
+        self._flush()
         if late:
             self._drop(late)
 
@@ -513,6 +524,9 @@ class Scheduler:
                 job._frames -= sum(len(c) for c in job._pending)
                 job._pending = []
             self._emit(job, reason if last else None, final=last)
+            self._flush()  # before the stream is closed, or reset for the next piece
+            if job.done:  # the decode failed it
+                return
         if last:
             self.finish_timings(job, None)
             return
@@ -543,22 +557,43 @@ class Scheduler:
         self.finish_timings(job, job.stop_reason or "eos")
 
     def _emit(self, job: Job, reason: str | None, final: bool = False) -> None:
+        """Queue the job's chunk of gathered codes; _flush decodes the queued chunks of every job
+        together and hands them out (docs/serving.md, "Batched vocoder")."""
         codes = np.concatenate(job._pending) if job._pending else self._engine.empty_codes()
         job._pending = []
+        self._emits.append(_Emit(job, codes, reason, final))
+
+    def _flush(self) -> None:
+        """Decode the queued chunks in one batched call (each on its job's own codec stream, the
+        same samples as alone) and hand each to its job; a failure fails those jobs."""
+        emits, self._emits = [e for e in self._emits if not e.job.done], []
+        decoded = [e for e in emits if len(e.codes)]
         t0 = time.perf_counter()
-        if len(codes):
-            with self._engine.session() as s:
-                wav = s.decode_stream_push(codes, stream=job._stream)
-        else:
-            wav = np.zeros(0, dtype=np.float32)
-        job._gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
-        job._samples += len(wav)
-        if job.timings.time_to_first_audio_ms is None and len(wav):
-            job.timings.time_to_first_audio_ms = (time.perf_counter() - job._t_start) * 1e3
-        if final:
-            finish_timings(job.timings, job._gen, job._frames, job._samples / self._model.sample_rate, job._t_start)
-        job._put(AudioChunk(wav, self._model.sample_rate, codes, job._index, reason))
-        job._index += 1
+        try:
+            if decoded:
+                with self._engine.session() as s:
+                    waves = s.decode_streams_push([(e.job._stream, e.codes) for e in decoded])
+            else:
+                waves = []
+        except Exception as err:
+            for e in emits:
+                self._fail(e.job, err)
+            return
+        ms = (time.perf_counter() - t0) * 1e3
+        frames = sum(len(e.codes) for e in decoded)
+        wav_of = {id(e): w for e, w in zip(decoded, waves)}
+        now = time.perf_counter()
+        for e in emits:
+            job, wav = e.job, wav_of.get(id(e), np.zeros(0, dtype=np.float32))
+            job._gen["vocoder_ms"] += ms * len(e.codes) / frames if frames else 0.0  # its share of the call
+            job._samples += len(wav)
+            if job.timings.time_to_first_audio_ms is None and len(wav):
+                job.timings.time_to_first_audio_ms = (now - job._t_start) * 1e3
+            if e.final:
+                finish_timings(job.timings, job._gen, job._frames, job._samples / self._model.sample_rate,
+                               job._t_start)
+            job._put(AudioChunk(wav, self._model.sample_rate, e.codes, job._index, e.reason))
+            job._index += 1
 
     def _decode_piece(self, job: Job, last: bool) -> None:
         """As Model.synthesize: the piece's codes decoded whole, a pause before the next piece."""

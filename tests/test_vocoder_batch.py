@@ -1,0 +1,103 @@
+"""The batched streaming vocoder (docs/serving.md, "Batched vocoder"): streams decoded together in
+one graph give each stream the samples it gets alone, bit for bit, whatever the other streams'
+lengths, positions, chunk sizes and arrival times (F32 tiny fixtures, both ops paths). The
+expected values come from the single-stream decoder, which test_codec_decoder pins to the
+reference."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qtts.runtime.engine import Engine
+
+HOP = 1920
+N_Q = 16
+
+
+@pytest.fixture(scope="module", params=["native", "portable"])
+def session(gguf_dir: Path, request: pytest.FixtureRequest):
+    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2, request.param).session() as s:
+        yield s
+
+
+def _codes(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2048, (n, N_Q))
+
+
+def _alone(session, codes: np.ndarray, silent: int = 0) -> np.ndarray:
+    session.decode_stream_reset(silent_frames=silent, stream=99)
+    try:
+        return session.decode_stream_push(codes, stream=99)
+    finally:
+        session.decode_stream_close(99)
+
+
+def test_streams_together_equal_alone(session) -> None:
+    # stream: (frames, silent frames, the step it arrives at, frames per push); stream 4 crosses
+    # the 300-frame chunk seam (a second segment warming up beside the first), stream 3 starts
+    # with reference frames whose samples are not returned (an ICL voice), stream 5 pushes more
+    # than one graph's frames at once
+    plan = {1: (40, 0, 0, 1), 2: (23, 0, 0, 3), 3: (30, 12, 2, 2), 4: (330, 0, 0, 8), 5: (120, 0, 5, 60)}
+    codes = {s: _codes(n, 10 + s) for s, (n, _, _, _) in plan.items()}
+    got: dict[int, list[np.ndarray]] = {s: [] for s in plan}
+    at = dict.fromkeys(plan, 0)
+    step = 0
+    while any(at[s] < len(codes[s]) for s in plan):
+        items = []
+        for s, (n, silent, arrive, k) in plan.items():
+            if step == arrive:
+                session.decode_stream_reset(silent_frames=silent, stream=s)
+            if step >= arrive and at[s] < n:
+                items.append((s, codes[s][at[s]:at[s] + k]))
+                at[s] = min(n, at[s] + k)
+        for (s, c), wav in zip(items, session.decode_streams_push(items), strict=True):
+            assert wav.dtype == np.float32 and wav.shape == (max(0, min(len(c), at[s] - plan[s][1])) * HOP,)
+            got[s].append(wav)
+        step += 1
+    for s, (n, silent, _, _) in plan.items():
+        whole = np.concatenate(got[s])
+        np.testing.assert_array_equal(whole, _alone(session, codes[s], silent), err_msg=f"stream {s}")
+        if not silent:
+            np.testing.assert_array_equal(whole, session.decode(codes[s]), err_msg=f"stream {s}")
+        session.decode_stream_close(s)
+    assert min(np.concatenate(g).std() for g in got.values()) > 0.05  # audible, not a trivial match
+
+
+def test_empty_and_single_items(session) -> None:
+    codes = _codes(6, 3)
+    session.decode_stream_reset(stream=7)
+    session.decode_stream_reset(stream=8)
+    out = session.decode_streams_push([(7, codes[:0]), (8, codes[:2])])
+    assert [len(w) for w in out] == [0, 2 * HOP]
+    assert session.decode_streams_push([]) == []
+    rest = session.decode_streams_push([(8, codes[2:])])[0]
+    np.testing.assert_array_equal(np.concatenate([out[1], rest]), session.decode(codes))
+    session.decode_stream_close(7)
+    session.decode_stream_close(8)
+
+
+@pytest.mark.parametrize("items, match", [
+    ([(5, _codes(2, 1)), (5, _codes(2, 2))], "stream 5 is pushed twice"),
+    ([(6, _codes(2, 1)), (123, _codes(2, 2))], "decode stream 123 was not started"),
+    ([(5, _codes(2, 1)), (6, np.zeros((2, 15), np.int64))], r"shape \[n, 16\]"),
+    ([(5, _codes(2, 1)), (6, np.full((1, 16), 2048))], r"code 2048 at frame 0, codebook 0"),
+    ([(5, _codes(2, 1)), (6, np.zeros((1, 16), np.float32))], "integer array"),
+    ([(5, _codes(2, 1)), 6], "item 1 is not a \\(stream, codes\\) pair"),
+    ([(5, _codes(2, 1), 3)], "item 0 is not a \\(stream, codes\\) pair"),
+    ([("5", _codes(2, 1))], "item 0's stream is not an int"),
+    ([(5, [[0] * 16])], "item 0's codes are not an array"),
+])
+def test_bad_items_name_the_culprit_and_leave_the_streams(session, items: list, match: str) -> None:
+    codes = _codes(4, 9)
+    session.decode_stream_reset(stream=5)
+    session.decode_stream_reset(stream=6)
+    with pytest.raises(ValueError, match=match):
+        session.decode_streams_push(items)
+    # nothing was decoded: the streams start from their first frame still
+    a, b = session.decode_streams_push([(5, codes), (6, codes)])
+    np.testing.assert_array_equal(a, session.decode(codes))
+    np.testing.assert_array_equal(b, a)
+    session.decode_stream_close(5)
+    session.decode_stream_close(6)
