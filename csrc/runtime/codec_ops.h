@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -46,6 +47,10 @@ private:
     std::map<const ggml_tensor *, ggml_tensor *> copies_;
 };
 
+// On the native path an audio network's custom ops run on the CPU and read its weights from host
+// memory: an EngineError naming `what` when the model's device kept `weight` elsewhere.
+void require_host_weights(const ggml_tensor * weight, bool native, const char * what);
+
 // The ops an audio graph is built from, on the path chosen at load.
 struct CodecOps {
     ggml_context * ctx;
@@ -58,6 +63,18 @@ struct CodecOps {
     ggml_tensor * snake(ggml_tensor * x, ggml_tensor * exp_alpha, ggml_tensor * inv_beta, ggml_tensor * left) const;
     ggml_tensor * elu(ggml_tensor * x, ggml_tensor * left, int64_t pad) const;
     ggml_tensor * time_stats(ggml_tensor * x, ggml_tensor * logits) const;
+};
+
+// What an audio net's runners (free functions over the net's own state, e.g. nets/vocoder.h)
+// need of whoever holds the compute buffers and threads (a Session, Session::codec_runner):
+// build, allocate, fill and compute one graph; the ops path; where carried state lives.
+using GraphBuild = std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)>;
+using GraphInputs = std::function<void(ggml_cgraph *)>;
+struct CodecRunner {
+    std::function<ggml_cgraph *(const GraphBuild &, const GraphInputs &)> run;
+    const ConvWeights * portable = nullptr;  // null: the native path
+    ggml_backend_t state_backend = nullptr;  // the CPU on the native path, the model's device otherwise
+    CodecOps ops(ggml_context * ctx) const { return {ctx, portable}; }
 };
 
 }  // namespace qtts

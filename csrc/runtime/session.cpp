@@ -172,6 +172,17 @@ void Session::compute(ggml_backend_sched_t sched, ggml_cgraph * gf, ProfileClock
     if (profiling_) profile_add(":graphs", 1.0);
 }
 
+CodecRunner Session::codec_runner(const char * phase) {
+    CodecRunner r;
+    r.run = [this, phase](const GraphBuild & build, const GraphInputs & inputs) {
+        const Phase p(*this, phase);
+        return run(build, inputs);
+    };
+    r.portable = model_->ops == OpsPath::portable ? &model_->conv_weights : nullptr;
+    r.state_backend = codec_backend();
+    return r;
+}
+
 CodecOps Session::codec_ops(ggml_context * ctx) const {
     return {ctx, model_->ops == OpsPath::portable ? &model_->conv_weights : nullptr};
 }

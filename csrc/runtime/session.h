@@ -103,11 +103,10 @@ public:
     std::vector<CodecStage> decode_stages(const std::vector<int32_t> & codes, int64_t n,
                                           const std::vector<std::string> & stages);
 
-    // The speaker encoder (Base models): the x-vector of a log-mel [n_frames, mel_dim] row-major.
-    std::vector<float> speaker_embed(const std::vector<float> & mel, int64_t n_frames);
-    // The codec encoder (nets/codec_encoder.cpp): samples at the codec's rate -> codes
-    // [ceil(N / hop), n_quantizers] row-major.
-    std::vector<int32_t> encode(const std::vector<float> & samples);
+    // What the audio nets' runners (free functions, e.g. nets/vocoder.h) run their graphs with:
+    // this session's scheduler, buffers and threads, the graphs counted under `phase` when
+    // profiling.
+    CodecRunner codec_runner(const char * phase);
 
     // Bytes held now: the talker and predictor KV caches, the scheduler's compute buffers.
     std::map<std::string, size_t> memory() const;
