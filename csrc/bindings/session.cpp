@@ -6,6 +6,8 @@
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
+#include "nets/codec_encoder.h"
+#include "nets/speaker_encoder.h"
 #include "runtime/error.h"
 #include "runtime/session.h"
 
@@ -157,11 +159,12 @@ void bind_session(py::module_ & m) {
         .def("speaker_embed",
              [](Session & s, const FloatRows & mel) {
                  if (!s.model().speaker_encoder) throw Error("this model has no speaker encoder (voice cloning needs a Base model)");
+                 const SpeakerEncoder & w = *s.model().speaker_encoder;
                  int n = 0;
-                 std::vector<float> m = rows(mel, s.model().speaker_encoder->mel_dim, "mel", &n), out;
+                 std::vector<float> m = rows(mel, w.mel_dim, "mel", &n), out;
                  {
                      py::gil_scoped_release release;
-                     out = s.speaker_embed(m, n);
+                     out = speaker_embed(w, s.codec_runner("other"), m, n);
                  }
                  return samples(out);
              },
@@ -173,7 +176,7 @@ void bind_session(py::module_ & m) {
                  std::vector<int32_t> c;
                  {
                      py::gil_scoped_release release;
-                     c = s.encode(x);
+                     c = encode(s.model().codec_encoder, s.codec_runner("other"), x);
                  }
                  const py::ssize_t g = s.model().codec_encoder.n_quantizers;
                  py::array_t<int32_t> out({static_cast<py::ssize_t>(c.size()) / g, g});

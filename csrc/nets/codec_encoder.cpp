@@ -19,18 +19,15 @@
 
 #include "nets/codec_encoder.h"
 
-#include "nets/vocoder.h"
 #include "runtime/codec_ops.h"
 #include "runtime/error.h"
 #include "runtime/gguf_file.h"
 #include "runtime/loader.h"
-#include "runtime/metadata.h"
 #include "runtime/names.h"
-#include "runtime/session.h"
 
 namespace qtts {
 
-void load_codec_encoder(GgufFile & f, const Vocoder & dec, CodecEncoder & e) {
+void load_codec_encoder(GgufFile & f, CodecEncoder & e) {
     e.tfm = load_transformer(f, kv::P_CODEC_ENC, tn::CODEC_ENC, /*has_context=*/false, LayerStyle::CODEC_ENCODER);
     e.n_filters = f.count(kv::ENC_NUM_FILTERS, 1, 4096);
     e.kernel_size = f.count(kv::ENC_KERNEL_SIZE, 1, kMaxKernel);
@@ -44,11 +41,6 @@ void load_codec_encoder(GgufFile & f, const Vocoder & dec, CodecEncoder & e) {
     e.n_quantizers = f.count(kv::ENC_NUM_QUANTIZERS, 2, kMaxGroups);
     e.sample_rate = f.count(kv::ENC_SAMPLE_RATE, kMinRate, kMaxRate);
     e.hop_length = f.count(kv::ENC_HOP_LENGTH, 1, 1 << 16);
-    // encoded reference frames go back into the talker and the decoder as generated ones do
-    require_same(f, kv::ENC_NUM_QUANTIZERS, e.n_quantizers, kv::DEC_NUM_QUANTIZERS, dec.n_quantizers);
-    require_same(f, kv::ENC_CODEBOOK_SIZE, e.codebook_size, kv::DEC_CODEBOOK_SIZE, dec.codebook_size);
-    require_same(f, kv::ENC_SAMPLE_RATE, e.sample_rate, kv::DEC_SAMPLE_RATE, dec.sample_rate);
-    require_same(f, kv::ENC_HOP_LENGTH, e.hop_length, kv::DEC_HOP_LENGTH, dec.hop_length);
     // the channels double per ratio: at most 8 ratios keep n_filters << 8 within the width bound
     std::vector<int> ups = f.counts(kv::ENC_UPSAMPLING_RATIOS, 1, 8, 1, kMaxKernel);
     e.ratios.assign(ups.rbegin(), ups.rend());
@@ -202,24 +194,23 @@ EncoderState::EncoderState(const CodecEncoder & w, ggml_backend_t backend) {
     state_.clear();  // zeros are the causal padding
 }
 
-std::vector<int32_t> Session::encode(const std::vector<float> & samples) {
-    const CodecEncoder & w = model_->codec_encoder;
-    require_cpu_codec("the codec encoder");
+std::vector<int32_t> encode(const CodecEncoder & w, const CodecRunner & r, const std::vector<float> & samples) {
+    require_host_weights(w.downsample, !r.portable, "the codec encoder");
     const int64_t N = static_cast<int64_t>(samples.size()), hop = w.hop_length;
     if (N < 1) fail("encode needs at least one sample");
     for (int64_t i = 0; i < N; ++i) {
         if (!std::isfinite(samples[i])) fail("encode: sample %lld is not finite", static_cast<long long>(i));
     }
-    EncoderState st(w, codec_backend());
+    EncoderState st(w, r.state_backend);
     const int64_t h = w.tfm.hp.n_embd, chunk = kChunkFrames * hop, sub = hop / w.down_stride;
     std::vector<float> emb;  // [T25, h] row-major
     for (int64_t a = 0; a < N; a += chunk) {
         const int64_t n = std::min(chunk, N - a);
         const bool last = a + n == N;
-        ggml_cgraph * gf = run(
+        ggml_cgraph * gf = r.run(
             [&](ggml_context * ctx, ggml_cgraph * graph) {
                 ggml_tensor * x = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, n), "ce.wav");
-                ConvStackBuilder b{ctx, graph, w, st, last, codec_ops(ctx)};
+                ConvStackBuilder b{ctx, graph, w, st, last, r.ops(ctx)};
                 return b.build(x);
             },
             [&](ggml_cgraph * graph) {
@@ -237,13 +228,13 @@ std::vector<int32_t> Session::encode(const std::vector<float> & samples) {
     std::vector<int32_t> pos(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(t);
     const int64_t G = w.n_quantizers;
-    ggml_cgraph * gf = run(
+    ggml_cgraph * gf = r.run(
         [&](ggml_context * ctx, ggml_cgraph * graph) {
             ggml_tensor * e = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, h, T), "ce.emb");
             ggml_tensor * p = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T), "ce.pos");
             ggml_tensor * pi = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, static_cast<int64_t>(pad_idx.size())),
                                      "ce.pad_idx");
-            QuantizerBuilder b{ctx, graph, w, codec_ops(ctx)};
+            QuantizerBuilder b{ctx, graph, w, r.ops(ctx)};
             return b.build(e, p, pi, n_out);
         },
         [&](ggml_cgraph * graph) {

@@ -2,6 +2,7 @@
 // ICL voice its reference codes (docs/model.md, "Codec encoder").
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -12,7 +13,6 @@
 namespace qtts {
 
 class GgufFile;
-struct Vocoder;
 
 // SEANet convolutions are conv-GEMM panels (runtime/loader.h); H = transformer width,
 // cbd = codebook_dim.
@@ -38,7 +38,7 @@ struct CodecEncoder {
     std::vector<ggml_tensor *> sem_codebooks, acu_codebooks;    // [cbd, codebook_size]: 1 and n_quantizers - 1
 };
 
-void load_codec_encoder(GgufFile & f, const Vocoder & dec, CodecEncoder & e);
+void load_codec_encoder(GgufFile & f, CodecEncoder & e);
 // Every panel weight with its stride, for the portable path's copies (runtime/codec_ops.h).
 void codec_encoder_convs(const CodecEncoder & e, std::vector<PanelConv> & out);
 
@@ -54,5 +54,9 @@ public:
 private:
     StateBuffer state_;
 };
+
+// Codes [ceil(N / hop), n_quantizers] row-major of N samples at the codec's rate: graphs run by
+// `r`, chunk by chunk over a fresh EncoderState.
+std::vector<int32_t> encode(const CodecEncoder & w, const CodecRunner & r, const std::vector<float> & samples);
 
 }  // namespace qtts

@@ -13,7 +13,6 @@
 #include "runtime/gguf_file.h"
 #include "runtime/loader.h"
 #include "runtime/names.h"
-#include "runtime/session.h"
 
 namespace qtts {
 
@@ -158,11 +157,9 @@ struct SpeakerBuilder {
 
 }  // namespace
 
-std::vector<float> Session::speaker_embed(const std::vector<float> & mel, int64_t n_frames) {
-    if (!model_->speaker_encoder) fail("this %s model has no speaker encoder (voice cloning needs a Base model)",
-                                       model_->variant.c_str());
-    const SpeakerEncoder & w = *model_->speaker_encoder;
-    require_cpu_codec("the speaker encoder");
+std::vector<float> speaker_embed(const SpeakerEncoder & w, const CodecRunner & r, const std::vector<float> & mel,
+                                 int64_t n_frames) {
+    require_host_weights(w.conv0, !r.portable, "the speaker encoder");
     int max_pad = 0;
     for (size_t i = 0; i < w.kernel_sizes.size(); ++i) max_pad = std::max(max_pad, (w.kernel_sizes[i] - 1) * w.dilations[i] / 2);
     if (n_frames <= max_pad) {
@@ -174,10 +171,10 @@ std::vector<float> Session::speaker_embed(const std::vector<float> & mel, int64_
              mel.size(), static_cast<long long>(n_frames));
     }
     std::vector<int> pads;
-    ggml_cgraph * gf = run(
+    ggml_cgraph * gf = r.run(
         [&](ggml_context * ctx, ggml_cgraph *) {
             ggml_tensor * x = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w.mel_dim, n_frames), "se.mel");
-            SpeakerBuilder b{ctx, w, codec_ops(ctx), n_frames, {}};
+            SpeakerBuilder b{ctx, w, r.ops(ctx), n_frames, {}};
             ggml_tensor * out = b.build(x);
             pads = b.pads;
             return out;

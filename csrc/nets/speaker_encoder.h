@@ -2,6 +2,7 @@
 // talker takes in its speaker slot (docs/model.md, "Speaker encoder"). Base models only.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "ggml.h"
@@ -40,5 +41,10 @@ struct SpeakerEncoder {
 void load_speaker_encoder(GgufFile & f, int talker_width, SpeakerEncoder & s);
 // Every panel weight, for the portable path's copies (runtime/codec_ops.h).
 void speaker_encoder_convs(const SpeakerEncoder & s, std::vector<PanelConv> & out);
+
+// The x-vector [embd] of a log-mel [n_frames, mel_dim] row-major, one graph run by `r` (the
+// network carries no state between calls).
+std::vector<float> speaker_embed(const SpeakerEncoder & w, const CodecRunner & r, const std::vector<float> & mel,
+                                 int64_t n_frames);
 
 }  // namespace qtts

@@ -6,13 +6,10 @@
 #include <cmath>
 #include <string>
 
-#include "nets/code_predictor.h"
-#include "nets/talker.h"
 #include "runtime/codec_ops.h"
 #include "runtime/error.h"
 #include "runtime/gguf_file.h"
 #include "runtime/loader.h"
-#include "runtime/metadata.h"
 #include "runtime/names.h"
 
 namespace qtts {
@@ -27,7 +24,7 @@ Snake load_snake(GgufFile & f, const std::string & a, const std::string & b, int
     return {f.tensor(a, {ch}, WeightKind::F32), f.tensor(b, {ch}, WeightKind::F32)};
 }
 
-void load_vocoder(GgufFile & f, const Talker & t, const CodePredictor & cp, Vocoder & c) {
+void load_vocoder(GgufFile & f, Vocoder & c) {
     c.tfm = load_transformer(f, kv::P_CODEC_DEC, tn::CODEC_DEC, /*has_context=*/false, LayerStyle::VOCODER);
     c.codebook_size = f.count(kv::DEC_CODEBOOK_SIZE, 1, kMaxVocab);
     c.codebook_dim = f.count(kv::DEC_CODEBOOK_DIM, 2, kMaxWidth);
@@ -35,13 +32,6 @@ void load_vocoder(GgufFile & f, const Talker & t, const CodePredictor & cp, Voco
     c.latent_dim = f.count(kv::DEC_LATENT_DIM, 1, kMaxWidth);
     c.decoder_dim = f.count(kv::DEC_DECODER_DIM, 1, kMaxWidth);
     c.n_quantizers = f.count(kv::DEC_NUM_QUANTIZERS, 2, kMaxGroups);
-    // generated frames come here: one code per group, each from the predictor's vocabulary
-    require_same(f, kv::DEC_NUM_QUANTIZERS, c.n_quantizers, kv::TALKER_NUM_CODE_GROUPS, t.n_code_groups);
-    require_same(f, kv::DEC_CODEBOOK_SIZE, c.codebook_size, kv::CODE_PRED_VOCAB_SIZE, cp.vocab);
-    if (c.codebook_size > t.codec_vocab) {
-        f.key_error(kv::DEC_CODEBOOK_SIZE, format("= %d exceeds '%s' = %d", c.codebook_size,
-                                                  kv::TALKER_CODEC_VOCAB_SIZE, t.codec_vocab));
-    }
     c.sliding_window = f.count(kv::DEC_SLIDING_WINDOW, 1, 1 << 20);
     c.sample_rate = f.count(kv::DEC_SAMPLE_RATE, kMinRate, kMaxRate);
     c.upsample_rates = f.counts(kv::DEC_UPSAMPLE_RATES, 1, 8, 1, kMaxKernel);

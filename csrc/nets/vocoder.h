@@ -20,8 +20,6 @@
 namespace qtts {
 
 class GgufFile;
-struct Talker;
-struct CodePredictor;
 
 // The reference decodes in chunks of 300 frames, each with up to 25 frames of left context and
 // positions restarting at 0 (its `chunked_decode`); these are its defaults.
@@ -78,7 +76,8 @@ struct Vocoder {
     ggml_tensor *out_conv = nullptr, *out_conv_b = nullptr;  // V >> n_blocks -> 1, kVocKernel taps
 };
 
-void load_vocoder(GgufFile & f, const Talker & t, const CodePredictor & cp, Vocoder & c);
+// The sizes it shares with the talker and the code predictor are checked before (runtime/metadata.h).
+void load_vocoder(GgufFile & f, Vocoder & c);
 // Every panel weight of the vocoder, for the portable path's copies (runtime/codec_ops.h).
 void vocoder_convs(const Vocoder & c, std::vector<PanelConv> & out);
 

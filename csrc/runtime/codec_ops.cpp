@@ -83,4 +83,11 @@ ggml_tensor * CodecOps::time_stats(ggml_tensor * x, ggml_tensor * logits) const 
     return portable ? stock_time_stats(ctx, x, logits) : qtts::time_stats(ctx, x, logits);
 }
 
+void require_host_weights(const ggml_tensor * weight, bool native, const char * what) {
+    if (native && !ggml_backend_buffer_is_host(weight->buffer)) {
+        throw EngineError(format("%s needs its weights in host memory, which this model's device did not allow", what),
+                          {});
+    }
+}
+
 }  // namespace qtts

@@ -47,6 +47,10 @@ private:
     std::map<const ggml_tensor *, ggml_tensor *> copies_;
 };
 
+// On the native path an audio network's custom ops run on the CPU and read its weights from host
+// memory: an EngineError naming `what` when the model's device kept `weight` elsewhere.
+void require_host_weights(const ggml_tensor * weight, bool native, const char * what);
+
 // The ops an audio graph is built from, on the path chosen at load.
 struct CodecOps {
     ggml_context * ctx;

@@ -18,8 +18,14 @@ constexpr float kMinScale = 1e-6f;
 constexpr int kMaxNewTokenLimit = 32768;
 constexpr int32_t kTokenUnused = 5;  // gguf's token type for an empty slot
 
-// checked against its vocabulary once the networks are read
-int id(const GgufFile & f, const char * key) { return f.count(key, 0, INT32_MAX); }
+// A count checked later: an id against its vocabulary once the networks are read, a size shared
+// with a network read before against that network's (its owner range-checks it when read).
+int unchecked(const GgufFile & f, const char * key) { return f.count(key, 0, INT32_MAX); }
+
+// A key whose value must equal another key's (sizes and rates shared between networks).
+void require_same(const GgufFile & f, const char * key, int value, const char * other, int want) {
+    if (value != want) f.key_error(key, format("= %d differs from '%s' = %d", value, other, want));
+}
 
 void in_vocab(const GgufFile & f, const char * key, int value, int vocab, const char * table) {
     if (value < 0 || value >= vocab) {
@@ -63,16 +69,33 @@ void check_tokenizer(const GgufFile & f, int text_vocab) {
 
 }  // namespace
 
-void require_same(const GgufFile & f, const char * key, int value, const char * other, int want) {
-    if (value != want) f.key_error(key, format("= %d differs from '%s' = %d", value, other, want));
+void check_vocoder_keys(const GgufFile & f, const NetSizes & n) {
+    // generated frames go to the vocoder: one code per group, each from the predictor's vocabulary
+    const int groups = unchecked(f, kv::DEC_NUM_QUANTIZERS), codebook = unchecked(f, kv::DEC_CODEBOOK_SIZE);
+    require_same(f, kv::DEC_NUM_QUANTIZERS, groups, kv::TALKER_NUM_CODE_GROUPS, n.n_code_groups);
+    require_same(f, kv::DEC_CODEBOOK_SIZE, codebook, kv::CODE_PRED_VOCAB_SIZE, n.predictor_vocab);
+    if (codebook > n.codec_vocab) {
+        f.key_error(kv::DEC_CODEBOOK_SIZE,
+                    format("= %d exceeds '%s' = %d", codebook, kv::TALKER_CODEC_VOCAB_SIZE, n.codec_vocab));
+    }
 }
 
-void read_metadata(const GgufFile & f, Model & m) {
-    m.text_ids = {id(f, kv::TEXT_IM_START_ID), id(f, kv::TEXT_IM_END_ID), id(f, kv::TEXT_PAD_ID),
-                  id(f, kv::TEXT_BOS_ID), id(f, kv::TEXT_EOS_ID)};
-    m.codec_ids = {id(f, kv::CODEC_PAD_ID), id(f, kv::CODEC_BOS_ID), id(f, kv::CODEC_EOS_ID),
-                   id(f, kv::CODEC_THINK_ID), id(f, kv::CODEC_NOTHINK_ID), id(f, kv::CODEC_THINK_BOS_ID),
-                   id(f, kv::CODEC_THINK_EOS_ID)};
+void check_encoder_keys(const GgufFile & f, const NetSizes & n) {
+    // encoded reference frames go back into the talker and the decoder as generated ones do
+    require_same(f, kv::ENC_NUM_QUANTIZERS, unchecked(f, kv::ENC_NUM_QUANTIZERS), kv::DEC_NUM_QUANTIZERS,
+                 n.dec_quantizers);
+    require_same(f, kv::ENC_CODEBOOK_SIZE, unchecked(f, kv::ENC_CODEBOOK_SIZE), kv::DEC_CODEBOOK_SIZE,
+                 n.dec_codebook_size);
+    require_same(f, kv::ENC_SAMPLE_RATE, unchecked(f, kv::ENC_SAMPLE_RATE), kv::DEC_SAMPLE_RATE, n.dec_sample_rate);
+    require_same(f, kv::ENC_HOP_LENGTH, unchecked(f, kv::ENC_HOP_LENGTH), kv::DEC_HOP_LENGTH, n.dec_hop_length);
+}
+
+void read_metadata(const GgufFile & f, ModelMetadata & m) {
+    auto id = [&](const char * key) { return unchecked(f, key); };
+    m.text_ids = {id(kv::TEXT_IM_START_ID), id(kv::TEXT_IM_END_ID), id(kv::TEXT_PAD_ID), id(kv::TEXT_BOS_ID),
+                  id(kv::TEXT_EOS_ID)};
+    m.codec_ids = {id(kv::CODEC_PAD_ID), id(kv::CODEC_BOS_ID), id(kv::CODEC_EOS_ID), id(kv::CODEC_THINK_ID),
+                   id(kv::CODEC_NOTHINK_ID), id(kv::CODEC_THINK_BOS_ID), id(kv::CODEC_THINK_EOS_ID)};
     GenerationDefaults & g = m.gen;
     g.talker.do_sample = f.boolean(kv::GEN_DO_SAMPLE);
     g.talker.temperature = f.real(kv::GEN_TEMPERATURE, kMinScale, 100.0f, /*closed=*/true);
@@ -104,8 +127,8 @@ void read_metadata(const GgufFile & f, Model & m) {
     }
 }
 
-void check_metadata(const GgufFile & f, const Model & m) {
-    const int tv = m.talker.text_vocab, cv = m.talker.codec_vocab;
+void check_metadata(const GgufFile & f, const ModelMetadata & m, const NetSizes & n) {
+    const int tv = n.text_vocab, cv = n.codec_vocab;
     // special ids index embedding tables, where ggml's get_rows asserts
     in_vocab(f, kv::TEXT_IM_START_ID, m.text_ids.im_start, tv, "text");
     in_vocab(f, kv::TEXT_IM_END_ID, m.text_ids.im_end, tv, "text");
@@ -123,9 +146,8 @@ void check_metadata(const GgufFile & f, const Model & m) {
     for (const Speaker & s : m.speakers) in_vocab(f, kv::SPEAKER_IDS, s.id, cv, "codec");
 
     // the reference clip is resampled once, to the rate the codecs share
-    if (m.speaker_encoder) {
-        require_same(f, kv::SPK_SAMPLE_RATE, m.speaker_encoder->sample_rate, kv::DEC_SAMPLE_RATE,
-                     m.vocoder.sample_rate);
+    if (n.spk_sample_rate) {
+        require_same(f, kv::SPK_SAMPLE_RATE, n.spk_sample_rate, kv::DEC_SAMPLE_RATE, n.dec_sample_rate);
     }
     check_tokenizer(f, tv);
 }

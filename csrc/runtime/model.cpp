@@ -99,9 +99,11 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
         speaker_encoder = std::make_unique<SpeakerEncoder>();
         load_speaker_encoder(f, talker.n_embd(), *speaker_encoder);
     }
-    load_vocoder(f, talker, code_predictor, vocoder);
-    load_codec_encoder(f, vocoder, codec_encoder);
-    check_metadata(f, *this);
+    check_vocoder_keys(f, net_sizes());
+    load_vocoder(f, vocoder);
+    check_encoder_keys(f, net_sizes());
+    load_codec_encoder(f, codec_encoder);
+    check_metadata(f, *this, net_sizes());
     f.check_complete();
 
     device = select_device(device_name);
@@ -158,6 +160,24 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
         dev + (fused_attention ? "/native" : "/portable");
     component_devices["codec_decoder"] = component_devices["codec_encoder"] = audio_dev;
     if (speaker_encoder) component_devices["speaker_encoder"] = audio_dev;
+}
+
+NetSizes Model::net_sizes() const {
+    NetSizes n;
+    n.text_vocab = talker.text_vocab;
+    n.codec_vocab = talker.codec_vocab;
+    n.n_code_groups = talker.n_code_groups;
+    n.predictor_vocab = code_predictor.vocab;
+    n.dec_quantizers = vocoder.n_quantizers;
+    n.dec_codebook_size = vocoder.codebook_size;
+    n.dec_sample_rate = vocoder.sample_rate;
+    n.dec_hop_length = vocoder.hop_length;
+    n.enc_quantizers = codec_encoder.n_quantizers;
+    n.enc_codebook_size = codec_encoder.codebook_size;
+    n.enc_sample_rate = codec_encoder.sample_rate;
+    n.enc_hop_length = codec_encoder.hop_length;
+    n.spk_sample_rate = speaker_encoder ? speaker_encoder->sample_rate : 0;
+    return n;
 }
 
 Model::~Model() {

@@ -18,21 +18,9 @@
 #include "ops/stock.h"
 #include "runtime/codec_ops.h"
 #include "runtime/generate.h"
+#include "runtime/metadata.h"
 
 namespace qtts {
-
-struct TextIds {
-    int im_start = 0, im_end = 0, pad = 0, bos = 0, eos = 0;
-};
-
-struct CodecIds {
-    int pad = 0, bos = 0, eos = 0, think = 0, nothink = 0, think_bos = 0, think_eos = 0;
-};
-
-struct Speaker {
-    std::string name, dialect;
-    int id = 0;
-};
 
 class GgufFile;
 
@@ -44,7 +32,9 @@ enum class OpsChoice { automatic, native, portable };
 // automatic = fast. On the CPU every choice computes in F32 and reads back as exact.
 enum class PrecisionChoice { automatic, exact, fast };
 
-class Model {
+// The file-level metadata (ids, generation defaults, languages, speakers) is the ModelMetadata
+// base (runtime/metadata.h), read before the networks.
+class Model : public ModelMetadata {
 public:
     // device: "auto" (a GPU when libggml offers one, else the CPU), "cpu", or a device name.
     // huge_pages: on the CPU, read the weights every frame streams (the talker's and the code
@@ -58,11 +48,6 @@ public:
 
     std::string path, name, variant, size;
     uint64_t file_size = 0;
-    TextIds text_ids;
-    CodecIds codec_ids;
-    GenerationDefaults gen;
-    std::map<std::string, int> languages;
-    std::vector<Speaker> speakers;
 
     Talker talker;
     CodePredictor code_predictor;
@@ -90,6 +75,9 @@ public:
     std::vector<const ggml_tensor *> tensors(const std::string & prefix) const;
 
 private:
+    // The sizes of the networks read so far, for the checks between them (runtime/metadata.h).
+    NetSizes net_sizes() const;
+
     std::unique_ptr<GgufFile> file_;
     std::vector<ggml_backend_buffer_t> buffers_;
 };

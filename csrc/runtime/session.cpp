@@ -172,13 +172,6 @@ void Session::compute(ggml_backend_sched_t sched, ggml_cgraph * gf, ProfileClock
     if (profiling_) profile_add(":graphs", 1.0);
 }
 
-void Session::require_cpu_codec(const char * what) const {
-    if (model_->ops == OpsPath::native && !ggml_backend_buffer_is_host(model_->vocoder.pre_conv->buffer)) {
-        throw EngineError(format("%s needs its weights in host memory, which this model's device did not allow", what),
-                          {});
-    }
-}
-
 CodecRunner Session::codec_runner(const char * phase) {
     CodecRunner r;
     r.run = [this, phase](const GraphBuild & build, const GraphInputs & inputs) {

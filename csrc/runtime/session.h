@@ -96,11 +96,10 @@ public:
     // between calls (several requests decode at once when batched, each under its own id).
     VocoderStreams & vocoder_streams() { return vocoder_streams_; }
 
-    // The speaker encoder (Base models): the x-vector of a log-mel [n_frames, mel_dim] row-major.
-    std::vector<float> speaker_embed(const std::vector<float> & mel, int64_t n_frames);
-    // The codec encoder (nets/codec_encoder.cpp): samples at the codec's rate -> codes
-    // [ceil(N / hop), n_quantizers] row-major.
-    std::vector<int32_t> encode(const std::vector<float> & samples);
+    // What the audio nets' runners (free functions, e.g. nets/vocoder.h) run their graphs with:
+    // this session's scheduler, buffers and threads, the graphs counted under `phase` when
+    // profiling.
+    CodecRunner codec_runner(const char * phase);
 
     // Bytes held now: the talker and predictor KV caches, the scheduler's compute buffers.
     std::map<std::string, size_t> memory() const;
@@ -244,10 +243,6 @@ private:
     bool device_sampling_ = false;
     std::atomic<bool> cancel_{false};
     std::unique_ptr<GenerationState> gen_;
-    // On the native path the audio networks' custom ops run on the CPU threadpool and read their
-    // weights and state from host memory (the loader keeps those weights there on any device);
-    // the portable path runs anywhere.
-    void require_cpu_codec(const char * what) const;
     // The ops the audio networks' graphs are built from (runtime/codec_ops.h), and the backend
     // that holds their carried state: the CPU on the native path, the model's device otherwise.
     CodecOps codec_ops(ggml_context * ctx) const;
