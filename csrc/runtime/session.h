@@ -96,11 +96,6 @@ public:
     // between calls (several requests decode at once when batched, each under its own id).
     VocoderStreams & vocoder_streams() { return vocoder_streams_; }
 
-    // What the audio nets' runners (free functions, e.g. nets/vocoder.h) run their graphs with:
-    // this session's scheduler, buffers and threads, the graphs counted under `phase` when
-    // profiling.
-    CodecRunner codec_runner(const char * phase);
-
     // Bytes held now: the talker and predictor KV caches, the scheduler's compute buffers.
     std::map<std::string, size_t> memory() const;
     // Free the compute buffers and the talker's KV cache; later graphs allocate what they need.
