@@ -75,10 +75,10 @@ def reference_run(ref, name: str, request: dict, **kwargs) -> dict[str, np.ndarr
 
 
 def prompt_of(m: qtts.Model, request: dict, non_streaming_mode: bool):
-    voice = resolve_voice(m, language=request.get("language", "auto"), speaker=request.get("speaker"),
+    voice = resolve_voice(m.context, language=request.get("language", "auto"), speaker=request.get("speaker"),
                           instruct=request.get("instruct"))
     with m.engine.session() as s:
-        return build_prompt(m, s, TEXT, voice, non_streaming_mode=non_streaming_mode)
+        return build_prompt(m.context, s, TEXT, voice, non_streaming_mode=non_streaming_mode)
 
 
 @pytest.mark.parametrize("non_streaming_mode", [True, False])

@@ -43,12 +43,12 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, rounds: int, d
     m.synthesize("Warm up.", **kw, **settings(4, seed))
     fps = m.engine.frame_rate
     r: dict[str, Any] = {"codes": {}, "end_to_end": {}, "ttfa": {}}
-    cond = resolve_voice(m, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
+    cond = resolve_voice(m.context, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
                          voice=kw.get("voice"))
     for b in BATCHES:  # codes only: the batched core loop
         batch = m.engine.batch(b)
         with m.engine.session() as s:
-            prompt = build_prompt(m, s, TEXT, cond, non_streaming_mode=m.variant != "base")
+            prompt = build_prompt(m.context, s, TEXT, cond, non_streaming_mode=m.variant != "base")
             for i in range(b):
                 cfg = GenerationConfig.resolve(m.generation_defaults, settings(frames, seed + i), seed + i, None)
                 s.batch_add(batch, prompt.embeddings, prompt.trailing, cfg)
