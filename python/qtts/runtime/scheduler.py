@@ -42,10 +42,15 @@ MAX_BATCH = 256  # the native core's limit
 CPU_MAX_BATCH, DEVICE_MAX_BATCH, QUEUE_PER_SLOT = 8, 64, 4
 
 
-def default_limits(model: HasContext) -> tuple[int, int]:
+class OnDevice(Protocol):
+    @property
+    def device(self) -> str: ...
+
+
+def default_limits(model: OnDevice) -> tuple[int, int]:
     """(max_batch, max_queue) for a server of `model` when none is given: by the device the
     talker runs on."""
-    max_batch = CPU_MAX_BATCH if model.context.engine.device.upper().startswith("CPU") else DEVICE_MAX_BATCH
+    max_batch = CPU_MAX_BATCH if model.device.upper().startswith("CPU") else DEVICE_MAX_BATCH
     return max_batch, QUEUE_PER_SLOT * max_batch
 # submit's request arguments (the rest are sampling settings) and their defaults, as Model.stream's
 _ARG_DEFAULTS: dict[str, Any] = dict(speaker=None, language="auto", instruct=None, voice=None, ref_audio=None,
