@@ -520,7 +520,9 @@ class Scheduler:
         if job._piece == 0:
             self._fail(job, ValueError("text is empty"))
             return
-        self.finish_timings(job, job.stop_reason or "eos")  # the empty last chunk finishes the timings
+        # the last piece's reason, as on the chunk that ends a known last piece (the request's
+        # stop_reason stays the merged one); the empty chunk finishes the timings
+        self.finish_timings(job, job._asm.piece_reason or "eos")
 
     def _emit(self, job: Job, reason: str | None, final: bool = False) -> None:
         codes = np.concatenate(job._pending) if job._pending else self._ctx.empty_codes()
