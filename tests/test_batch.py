@@ -64,10 +64,10 @@ Case = tuple[Prompt, GenerationConfig]
 
 def _case(m: qtts.Model, s: SessionHandle, text: str, seed: int, frames: int, sample: bool, *,
           non_streaming_mode: bool, **voice: object) -> Case:
-    cond = resolve_voice(m, language="english", **{"speaker": None, "instruct": None, **voice})
+    cond = resolve_voice(m.context, language="english", **{"speaker": None, "instruct": None, **voice})
     given = dict(max_new_tokens=frames + 1, **({} if sample else GREEDY))
     config = GenerationConfig.resolve(m.generation_defaults, given, seed, frame_budget=None)
-    return build_prompt(m, s, text, cond, non_streaming_mode=non_streaming_mode), config
+    return build_prompt(m.context, s, text, cond, non_streaming_mode=non_streaming_mode), config
 
 
 def _run_batched(s: SessionHandle, m: qtts.Model, cases: list[Case], joins: list[int]) -> list[np.ndarray]:

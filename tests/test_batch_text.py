@@ -135,13 +135,13 @@ def test_native_slot_waits_for_its_text(cv: qtts.Model) -> None:
     """The engine level: a text-open slot steps no frame without its next text row and says so;
     fed row by row, its codes are the whole text's."""
     with cv.engine.session() as s:
-        cond = resolve_voice(cv, language="english", speaker="ryan", instruct=None, voice=None)
+        cond = resolve_voice(cv.context, language="english", speaker="ryan", instruct=None, voice=None)
         config = GenerationConfig.resolve(cv.generation_defaults, dict(max_new_tokens=12, **GREEDY), 1,
                                           frame_budget=None)
-        whole = build_prompt(cv, s, TEXT, cond, non_streaming_mode=False)
+        whole = build_prompt(cv.context, s, TEXT, cond, non_streaming_mode=False)
         want = s.generate(whole.embeddings, whole.trailing, config)[0]
         ids = cv.tokenizer.prompt_text_ids(TEXT)
-        opened = build_prompt(cv, s, "", cond, non_streaming_mode=False, text_ids=ids[:1], text_open=True)
+        opened = build_prompt(cv.context, s, "", cond, non_streaming_mode=False, text_ids=ids[:1], text_open=True)
         batch = cv.engine.batch(2)
         slot = s.batch_add(batch, opened.embeddings, opened.trailing, config, text_open=True)
         codes = []

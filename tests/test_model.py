@@ -1,6 +1,10 @@
-"""Loading converted models: metadata, devices, threads, and the text projection vs the reference."""
+"""Loading converted models: metadata, devices, threads, the text projection vs the reference, and
+closing a model (its native objects freed, work refused, ggml's log lines)."""
 from __future__ import annotations
 
+import logging
+import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +82,96 @@ def test_thread_defaults() -> None:
 def test_unknown_device(gguf_dir: Path) -> None:
     with pytest.raises(ValueError, match="unknown device 'nope'; available: auto, cpu"):
         qtts.load(gguf_dir / "tiny_voice_design-f32.gguf", device="nope")
+
+
+def test_closed_model_refuses_work(gguf_dir: Path) -> None:
+    with qtts.load(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1) as m:
+        assert not m.closed
+        assert len(m.synthesize("Hi.", speaker="ryan", max_new_tokens=3).samples)
+    assert m.closed and "closed" in repr(m)
+    m.close()  # idempotent
+    calls = [lambda: m.synthesize("Hi.", speaker="ryan"),
+             lambda: m.stream("Hi.", speaker="ryan"),  # at the call, not at the first chunk
+             lambda: m.stream_text(iter(["Hi."]), speaker="ryan"),
+             lambda: m.generate_codes("Hi.", speaker="ryan"),
+             lambda: m.decode(np.zeros((1, m.num_code_groups), dtype=np.int32)),
+             lambda: m.synthesize_batch(["Hi."], speaker="ryan")]
+    for call in calls:
+        with pytest.raises(RuntimeError, match=r"closed \(close\(\) was called\)"):
+            call()
+    # what was read at load stays readable
+    assert m.variant == "custom_voice" and m.speakers == ["dylan", "ryan", "vivian"] and m.sample_rate == 24000
+
+
+def test_closed_base_model_refuses_cloning(gguf_dir: Path) -> None:
+    m = qtts.load(gguf_dir / "tiny_base-f32.gguf", n_threads=1)
+    clip = (np.random.default_rng(0).standard_normal(24000) * 0.1).astype(np.float32)
+    m.close()
+    for call in (lambda: m.create_voice(clip, x_vector_only_mode=True),
+                 lambda: m.synthesize("Hi.", ref_audio=clip, x_vector_only_mode=True),
+                 lambda: m.speaker_embedding(clip), lambda: m.encode(clip)):
+        with pytest.raises(RuntimeError, match=r"close\(\)"):
+            call()
+
+
+def test_close_frees_the_native_objects(gguf_dir: Path) -> None:
+    # the weights, both sessions (with their thread pools) and a batch go at close(), not at collection
+    m = qtts.load(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, vocoder_threads=1)
+    assert len(m.synthesize("Hi.", speaker="ryan", max_new_tokens=9).samples)
+    batch = m.engine.batch(2)
+    e = m.engine
+    natives = [weakref.ref(x) for x in (e._native_model, e._session, e._vocoder, batch._native)]
+    assert all(r() is not None for r in natives)
+    m.close()
+    assert [r() for r in natives] == [None] * 4
+
+
+def test_close_waits_for_a_stream_another_thread_runs(gguf_dir: Path) -> None:
+    m = qtts.load(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1)
+    it = m.stream("Hello there.", speaker="ryan", max_new_tokens=12, min_new_tokens=11, seed=1)
+    first = next(it)
+    rest: list[qtts.AudioChunk] = []
+    closer = threading.Thread(target=m.close, name="closer")
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive() and not m.closed  # the stream holds the model
+    rest.extend(it)  # this thread finishes the stream; close() goes on
+    closer.join(60)
+    assert m.closed and rest[-1].stop_reason == "max_new_tokens" and first.index == 0
+
+
+def test_close_refuses_an_unfinished_stream_in_its_own_thread(gguf_dir: Path) -> None:
+    m = qtts.load(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1)
+    it = m.stream("Hello there.", speaker="ryan", max_new_tokens=12, seed=1)
+    next(it)
+    with pytest.raises(RuntimeError, match="cannot close this qtts.Model now: .*unfinished stream"):
+        m.close()
+    it.close()
+    m.close()
+    assert m.closed
+
+
+def test_close_refuses_a_running_scheduler(gguf_dir: Path) -> None:
+    m = qtts.load(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1)
+    sched = qtts.Scheduler(m, max_batch=2)
+    job = sched.submit("Hello there.", speaker="ryan", max_new_tokens=4000, min_new_tokens=3999, frame_budget=None)
+    next(iter(job))  # in its slot
+    with pytest.raises(RuntimeError, match=r"Scheduler runs requests.*Scheduler\.close"):
+        m.close()
+    sched.close(cancel=True)
+    assert job.result(60).stop_reason == "cancelled"
+    m.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        sched.submit("Hi.", speaker="ryan")
+
+
+def test_ggml_log_lines_reach_logging(gguf_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    m = qtts.load(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1)
+    embd = np.zeros((1, m.hidden_size), dtype=np.float32)
+    caplog.set_level(logging.INFO, logger="qtts")
+    with pytest.raises(qtts.QttsError) as info, m.engine.session() as s:
+        s.talker_prefill(embd, n_ctx=2**31 - 1)  # a KV cache no machine can allocate
+    logged = [r.getMessage() for r in caplog.records if r.name == "qtts" and r.levelno == logging.ERROR]
+    assert info.value.ggml_log, "the exception still carries ggml's lines"
+    assert logged and all(any(line in msg for msg in logged) for line in info.value.ggml_log)
+    m.close()

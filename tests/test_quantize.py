@@ -130,9 +130,10 @@ def test_type_policy(out_type: str, gguf_dir: Path, tmp_path: Path) -> None:
 
 
 def _prefill_logits(m: qtts.Model) -> np.ndarray:
-    voice = resolve_voice(m, language="english", speaker="ryan", instruct=None)
+    voice = resolve_voice(m.context, language="english", speaker="ryan", instruct=None)
     with m.engine.session() as s:
-        logits, _ = s.talker_prefill(build_prompt(m, s, "Hello world.", voice, non_streaming_mode=True).embeddings)
+        prompt = build_prompt(m.context, s, "Hello world.", voice, non_streaming_mode=True)
+        logits, _ = s.talker_prefill(prompt.embeddings)
     return logits
 
 

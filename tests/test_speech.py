@@ -23,10 +23,10 @@ def cv(gguf_dir: Path) -> qtts.Model:
 
 
 def test_stepwise_generation_equals_one_call(cv: qtts.Model) -> None:
-    voice = resolve_voice(cv, language="english", speaker="ryan", instruct=None)
+    voice = resolve_voice(cv.context, language="english", speaker="ryan", instruct=None)
     config = GenerationConfig.resolve(cv.generation_defaults, dict(max_new_tokens=30), 5, frame_budget=None)
     with cv.engine.session() as s:
-        p = build_prompt(cv, s, TEXT, voice, non_streaming_mode=True)
+        p = build_prompt(cv.context, s, TEXT, voice, non_streaming_mode=True)
         full, reason, _ = s.generate(p.embeddings, p.trailing, config)
         s.generate_begin(p.embeddings, p.trailing, config)
         parts, r = [], None

@@ -32,6 +32,9 @@ PYBIND11_MODULE(_core, mod) {
             PyErr_SetObject(cls.ptr(), err.ptr());
         }
     });
+    qtts::install_ggml_log();
+    // ggml's queued log lines as (level, text), for logging.getLogger("qtts") (runtime/engine.py)
+    mod.def("take_ggml_log", &qtts::take_ggml_log);
     qtts::bind_params(mod);
     qtts::bind_model(mod);
     qtts::bind_session(mod);

@@ -2,6 +2,8 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "ggml.h"
@@ -44,14 +46,46 @@ void engine_fail(const GgmlErrorCapture & log, const char * fmt, ...) {
 
 static thread_local std::vector<std::string> * t_capture = nullptr;
 
+// ggml logs from whichever thread runs the operation, with or without the GIL: lines are queued
+// here and handed to Python by the engine after each operation (take_ggml_log).
+static std::mutex g_queue_mutex;
+static std::vector<std::pair<int, std::string>> g_queue;
+static size_t g_dropped = 0;
+
+static void queue_line(int level, std::string text) {
+    std::lock_guard<std::mutex> lock(g_queue_mutex);
+    if (level == GGML_LOG_LEVEL_CONT) {  // the rest of the previous line
+        if (!g_queue.empty() && g_dropped == 0) g_queue.back().second += text;
+        return;
+    }
+    if (g_queue.size() >= kMaxQueuedLogLines) {
+        ++g_dropped;
+        return;
+    }
+    g_queue.emplace_back(level, std::move(text));
+}
+
 static void log_callback(enum ggml_log_level level, const char * text, void *) {
-    if (level == GGML_LOG_LEVEL_WARN) std::fputs(text, stderr);
-    if (level != GGML_LOG_LEVEL_ERROR || !t_capture) return;
+    if (level == GGML_LOG_LEVEL_DEBUG || level == GGML_LOG_LEVEL_NONE) return;
     std::string line = text;
     while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+    if (line.empty()) return;
+    queue_line(level, line);
+    if (level != GGML_LOG_LEVEL_ERROR || !t_capture) return;
     size_t colon = line.find(": ");
     if (colon != std::string::npos && line.find(' ') > colon) line.erase(0, colon + 2);
     if (!line.empty()) t_capture->push_back(line);
+}
+
+std::vector<std::pair<int, std::string>> take_ggml_log() {
+    std::lock_guard<std::mutex> lock(g_queue_mutex);
+    std::vector<std::pair<int, std::string>> out;
+    out.swap(g_queue);
+    if (g_dropped) {
+        out.emplace_back(GGML_LOG_LEVEL_WARN, format("%zu more ggml log lines dropped", g_dropped));
+        g_dropped = 0;
+    }
+    return out;
 }
 
 void install_ggml_log() { ggml_log_set(log_callback, nullptr); }

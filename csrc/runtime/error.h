@@ -44,8 +44,16 @@ class GgmlErrorCapture;
 #endif
     ;
 
-// Route ggml's log through the core: warnings to stderr, errors kept for exceptions.
+// Route ggml's log through the core: its info, warning and error lines are queued for Python's
+// logging (take_ggml_log), its error lines also kept for the exception of the operation that
+// logged them (docs/architecture.md, "Errors").
 void install_ggml_log();
+
+// The queued log lines, oldest first, as (ggml_log_level, text without the trailing newline),
+// and the queue emptied. At most kMaxQueuedLogLines wait; beyond that lines are counted, and
+// reported in one last line, instead of kept.
+constexpr size_t kMaxQueuedLogLines = 1000;
+std::vector<std::pair<int, std::string>> take_ggml_log();
 
 // ggml reports why an operation failed only through its log, often as several lines ending in
 // a generic "failed to ..."; collect this thread's error lines for the lifetime of the capture.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -50,3 +51,16 @@ core = _load()
 if not core.ggml_version().startswith(_PINNED_GGML):
     raise ImportError(f"qtts was built for ggml {_PINNED_GGML} but libggml {core.ggml_version()} is installed; "
                       "reinstall qtts so both come from the same libggml-python release")
+
+
+# ggml's own log lines (docs/architecture.md, "Errors"), by ggml_log_level: INFO, WARN, ERROR
+_GGML_LEVELS = {2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+
+
+def forward_ggml_log() -> None:
+    """Hand the lines ggml logged since the last call to logging.getLogger("qtts"). The core
+    queues them (ggml logs from whichever thread computes, with or without the GIL); the engine
+    forwards them after each load and each operation."""
+    log = logging.getLogger("qtts")
+    for level, text in core.take_ggml_log():
+        log.log(_GGML_LEVELS.get(level, logging.INFO), "ggml: %s", text)

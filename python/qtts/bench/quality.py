@@ -18,7 +18,7 @@ def quality_worker(ggufs: list[str], threads: int, frames: int) -> dict[str, Any
     import qtts
 
     from ..runtime.prompt import build_prompt, resolve_voice
-    from ..runtime.speech import default_non_streaming_mode
+    from ..runtime.request import default_non_streaming_mode
 
     models = [qtts.Model(g, n_threads=threads, device="cpu", voice_cache=False) for g in ggufs]
     ref = models[0]
@@ -28,9 +28,10 @@ def quality_worker(ggufs: list[str], threads: int, frames: int) -> dict[str, Any
     greedy = dict(do_sample=False, subtalker_dosample=False, repetition_penalty=1.0, **settings(frames, 0))
     greedy.pop("frame_budget")
     codes = ref.generate_codes(TEXT, frame_budget=None, **kw, **greedy).codes
-    cond = resolve_voice(ref, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"), voice=voice)
+    cond = resolve_voice(ref.context, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
+                         voice=voice)
     with ref.engine.session() as s:
-        prompt = build_prompt(ref, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(ref.variant))
+        prompt = build_prompt(ref.context, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(ref.variant))
         pad = s.text_embed([ref.engine.text_ids["tts_pad"]])
     n = len(prompt.embeddings)
 

@@ -136,11 +136,11 @@ def talker_step_nodes(m: Any, kw: dict[str, Any], b: int, seed: int) -> int:
     from ..runtime.config import GenerationConfig
     from ..runtime.prompt import build_prompt, resolve_voice
 
-    cond = resolve_voice(m, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
+    cond = resolve_voice(m.context, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
                          voice=kw.get("voice"))
     batch = m.engine.batch(b)
     with m.engine.session() as s:
-        prompt = build_prompt(m, s, "Count the nodes.", cond, non_streaming_mode=m.variant != "base")
+        prompt = build_prompt(m.context, s, "Count the nodes.", cond, non_streaming_mode=m.variant != "base")
         cfg = GenerationConfig.resolve(m.generation_defaults, dict(seed=seed, min_new_tokens=2, max_new_tokens=3,
                                                                     frame_budget=None), seed, None)
         for _ in range(b):

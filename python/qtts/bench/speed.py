@@ -124,7 +124,7 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
     from ..runtime.cloning import create_voice
     from ..runtime.engine import set_matmul_path
     from ..runtime.prompt import build_prompt, resolve_voice
-    from ..runtime.speech import default_non_streaming_mode
+    from ..runtime.request import default_non_streaming_mode
 
     set_matmul_path(matmul)
     t0 = time.perf_counter()
@@ -135,10 +135,10 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
                          "huge_page_mb": m.engine.huge_page_bytes / 1e6,
                          "packed_mb": m.engine.packed_bytes / 1e6}
     if m.variant == "base":
-        create_voice(m, clip(2.0), None, True, None)  # warm-up: page in the encoders
-        voice, ct = create_voice(m, clip(30.0), None, True, None)
+        create_voice(m.context, clip(2.0), None, True)  # warm-up: page in the encoders
+        voice, ct = create_voice(m.context, clip(30.0), None, True)
         r["speaker_encode_30s_ms"] = ct.speaker_encode_ms
-        _, ct = create_voice(m, clip(10.0), REF_TEXT, False, None)
+        _, ct = create_voice(m.context, clip(10.0), REF_TEXT, False)
         r["icl_encode_10s_ms"] = {"speaker": ct.speaker_encode_ms, "codec": ct.codec_encode_ms}
         kw: dict[str, Any] = {"voice": voice}
     else:
@@ -148,10 +148,10 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
     n = sum(len(c.samples) for c in m.stream(TEXT, timings=t, **kw, **settings(frames, seed)))
     assert t.frames == frames and n == frames * m.engine.samples_per_frame
     gen = t.talker_ms_per_frame + t.predictor_ms_per_frame
-    cond = resolve_voice(m, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
+    cond = resolve_voice(m.context, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
                          voice=kw.get("voice"))
     with m.engine.session() as s:
-        prompt = build_prompt(m, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(m.variant))
+        prompt = build_prompt(m.context, s, TEXT, cond, non_streaming_mode=default_non_streaming_mode(m.variant))
     n_prompt = len(prompt.embeddings)
     tensors = m.engine.tensor_info()
     stages = stage_bytes(tensors, m.hparams, n_prompt + frames / 2)

@@ -52,7 +52,7 @@ def clone_voice(model: Any, args: argparse.Namespace) -> tuple[Voice, CloneTimin
 
     show = not args.quiet and sys.stderr.isatty()
     with busy("encoding the reference clip (speaker embedding, codec)", show):
-        return cloning.create_voice(model, args.ref_audio, args.ref_text, args.x_vector_only, model.voice_cache)
+        return cloning.create_voice(model.context, args.ref_audio, args.ref_text, args.x_vector_only)
 
 
 def voice_mode(voice: Voice) -> str:

@@ -8,8 +8,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..runtime.context import supported_languages
 from ..runtime.engine import Engine, available_devices
-from ..runtime.model import check_gguf_path, supported_languages
+from ..runtime.model import check_gguf_path
 from .names import KV
 
 

@@ -9,13 +9,30 @@ generate_voice_clone). `create_voice_clone_prompt` returns a list of qtts.Voice,
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .model import Model
-    from .voice import Voice
+from .audio import Audio
+from .voice import Voice
+
+
+class _Facade(Protocol):
+    """What the qwen-tts names use of qtts.Model, which mixes them in."""
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    @property
+    def speakers(self) -> list[str]: ...
+
+    @property
+    def languages(self) -> list[str]: ...
+
+    def synthesize(self, text: str, **kwargs: Any) -> Audio: ...
+
+    def create_voice(self, ref_audio: Any, ref_text: str | None = None, *,
+                     x_vector_only_mode: bool = False) -> Voice: ...
 
 
 def _broadcast(name: str, value: Any, n: int) -> list[Any]:
@@ -26,7 +43,7 @@ def _broadcast(name: str, value: Any, n: int) -> list[Any]:
     return [value] * n
 
 
-def _batch(model: Model, text: str | list[str], per_item: dict[str, Any], non_streaming_mode: bool | None,
+def _batch(model: _Facade, text: str | list[str], per_item: dict[str, Any], non_streaming_mode: bool | None,
            kwargs: dict[str, Any]) -> tuple[list[np.ndarray], int]:
     if not isinstance(text, (str, list, tuple)):
         raise TypeError(f"text must be a str or a list of str, got {type(text).__name__}")
@@ -45,18 +62,18 @@ def _batch(model: Model, text: str | list[str], per_item: dict[str, Any], non_st
 class QwenTTSCompat:
     """Mixed into qtts.Model."""
 
-    def generate_custom_voice(self: Model, text: str | list[str], speaker: str | list[str],  # type: ignore[misc]
+    def generate_custom_voice(self: _Facade, text: str | list[str], speaker: str | list[str],  # type: ignore[misc]
                               language: str | list[str] | None = None, instruct: str | list[str] | None = None,
                               non_streaming_mode: bool | None = None, **kwargs: Any) -> tuple[list[np.ndarray], int]:
         return _batch(self, text, dict(speaker=speaker, language=language, instruct=instruct),
                       non_streaming_mode, kwargs)
 
-    def generate_voice_design(self: Model, text: str | list[str], instruct: str | list[str],  # type: ignore[misc]
+    def generate_voice_design(self: _Facade, text: str | list[str], instruct: str | list[str],  # type: ignore[misc]
                               language: str | list[str] | None = None, non_streaming_mode: bool | None = None,
                               **kwargs: Any) -> tuple[list[np.ndarray], int]:
         return _batch(self, text, dict(instruct=instruct, language=language), non_streaming_mode, kwargs)
 
-    def create_voice_clone_prompt(self: Model, ref_audio: Any, ref_text: str | list[str | None] | None = None,  # type: ignore[misc]
+    def create_voice_clone_prompt(self: _Facade, ref_audio: Any, ref_text: str | list[str | None] | None = None,  # type: ignore[misc]
                                   x_vector_only_mode: bool | list[bool] = False) -> list[Voice]:
         audios = ref_audio if isinstance(ref_audio, list) else [ref_audio]
         texts = _broadcast("ref_text", ref_text, len(audios))
@@ -64,7 +81,7 @@ class QwenTTSCompat:
         return [self.create_voice(a, t, x_vector_only_mode=bool(x))
                 for a, t, x in zip(audios, texts, modes, strict=True)]
 
-    def generate_voice_clone(self: Model, text: str | list[str],  # type: ignore[misc]
+    def generate_voice_clone(self: _Facade, text: str | list[str],  # type: ignore[misc]
                              language: str | list[str] | None = None, ref_audio: Any = None,
                              ref_text: str | list[str | None] | None = None,
                              x_vector_only_mode: bool | list[bool] = False,
@@ -82,8 +99,8 @@ class QwenTTSCompat:
             voices = voices * n
         return _batch(self, text, dict(voice=voices, language=language), non_streaming_mode, kwargs)
 
-    def get_supported_speakers(self: Model) -> list[str]:  # type: ignore[misc]
+    def get_supported_speakers(self: _Facade) -> list[str]:  # type: ignore[misc]
         return sorted(self.speakers)
 
-    def get_supported_languages(self: Model) -> list[str]:  # type: ignore[misc]
+    def get_supported_languages(self: _Facade) -> list[str]:  # type: ignore[misc]
         return sorted(self.languages)

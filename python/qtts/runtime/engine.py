@@ -15,13 +15,16 @@ import contextlib
 import gc
 import itertools
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from .._native import core
+from .._native import core, forward_ggml_log
 from .config import SETTING_SPECS, GenerationConfig, settings_of
+
+CLOSED = "this qtts.Model is closed (close() was called): load the model again to use it"
 
 # What a generation returns: codes [frames, code groups] int32, the stop reason ("eos",
 # "max_new_tokens", "budget", "cancelled"; None while a stepped generation goes on) and the
@@ -117,23 +120,76 @@ class Engine:
 
     def __init__(self, path: str, device: str = "auto", n_threads: int = 1, ops: str = "auto",
                  huge_pages: bool = True, precision: str = "auto") -> None:
-        self._model = core.Model(path, device, core.Ops.__members__[ops], huge_pages,
-                                 core.Precision.__members__[precision])
-        self._session = core.Session(self._model, n_threads)
+        self._init()
+        try:
+            self._native_model = core.Model(path, device, core.Ops.__members__[ops], huge_pages,
+                                            core.Precision.__members__[precision])
+            self._session = core.Session(self._native_model, n_threads)
+        finally:
+            forward_ggml_log()
+
+    def _init(self) -> None:
+        self._native_model: Any = None
+        self._session: Any = None
         self._vocoder: Any = None  # the pipelined streams' second session (SessionHandle.vocoder)
         self._lock = _EngineLock()
         self._stream_ids = itertools.count(1)
+        self._batches: weakref.WeakSet[Batch] = weakref.WeakSet()  # released by close()
+        self.closed = False
 
     @classmethod
     def metadata(cls, path: str) -> Engine:
         """The model alone, for reading its metadata (no compute session, nothing computed; the
         weights stay mapped, none read into huge pages)."""
         engine = cls.__new__(cls)
-        engine._model = core.Model(path, "cpu", huge_pages=False)
-        engine._session = None
-        engine._vocoder = None
-        engine._lock = _EngineLock()
+        engine._init()
+        try:
+            engine._native_model = core.Model(path, "cpu", huge_pages=False)
+        finally:
+            forward_ggml_log()
         return engine
+
+    @property
+    def _model(self) -> Any:
+        self.require_open()
+        return self._native_model
+
+    def require_open(self) -> None:
+        """RuntimeError once the engine is closed."""
+        if self.closed:
+            raise RuntimeError(CLOSED)
+
+    def close(self) -> None:
+        """Free the native model, its sessions (KV caches, compute buffers, thread pools) and its
+        batches now; idempotent. Waits for the operation or stream in progress, as any caller of
+        the lock does; refuses (RuntimeError) while a batch has sequences in its slots (a
+        running Scheduler) or a stream no other thread can finish holds the lock."""
+        if self.closed:
+            return
+        try:
+            self._lock.__enter__()
+        except RuntimeError as e:
+            raise RuntimeError(f"cannot close this qtts.Model now: {e}") from None
+        try:
+            if self.closed:  # closed by another thread meanwhile
+                return
+            if any(b._native is not None and len(b._native.active) for b in self._batches):
+                raise RuntimeError("cannot close this qtts.Model while a Scheduler runs requests on it: close the "
+                                   "Scheduler first (Scheduler.close(), or close(cancel=True) to stop them)")
+            for batch in list(self._batches):
+                batch._native = None
+            # the last references: CPython frees each native object (and its threads) right here
+            self._vocoder = self._session = self._native_model = None
+            self.closed = True
+        finally:
+            self._lock.__exit__()
+            forward_ggml_log()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- metadata ---------------------------------------------------------------------------
     @property
@@ -241,14 +297,17 @@ class Engine:
     @contextlib.contextmanager
     def session(self) -> Iterator[SessionHandle]:
         """The compute session for one operation: other threads wait until the block ends."""
+        self.require_open()
         if self._session is None:
             raise RuntimeError("this engine was opened for its metadata only (Engine.metadata)")
         with self._lock:
+            self.require_open()  # closed while this call waited
             handle = SessionHandle(self._session, self._lock, self._vocoder_session)
             try:
                 yield handle
             finally:
                 handle._close()
+                forward_ggml_log()
 
     def _vocoder_session(self, n_threads: int) -> Any:
         """The second session, with a pool of `n_threads` threads, that pipelined streams vocode on
@@ -256,7 +315,7 @@ class Engine:
         Called under the lock."""
         if self._vocoder is None or self._vocoder.n_threads != n_threads:
             self._vocoder = None  # its buffers go before the new session's are made
-            self._vocoder = core.Session(self._model, n_threads)
+            self._vocoder = core.Session(self._native_model, n_threads)
         return self._vocoder
 
     def release_vocoder_session(self) -> None:
@@ -281,9 +340,12 @@ class Engine:
     def batch(self, max_batch: int) -> Batch:
         """Slots for up to max_batch generations stepped together (docs/serving.md,
         "Batching"); driven through SessionHandle.batch_*."""
+        self.require_open()
         if self._session is None:
             raise RuntimeError("this engine was opened for its metadata only (Engine.metadata)")
-        return Batch(core.Batch(self._session, max_batch))  # allocates its own buffer only: no lock
+        batch = Batch(core.Batch(self._session, max_batch))  # allocates its own buffer only: no lock
+        self._batches.add(batch)
+        return batch
 
     def new_stream_id(self) -> int:
         """A codec decode stream id no one else uses (stream 0 is the single-stream API's)."""

@@ -15,40 +15,19 @@ from ..threads import resolve_threads
 from . import cloning, speech, speech_text
 from .audio import Audio, AudioChunk, Timings
 from .compat import QwenTTSCompat
-from .config import SETTINGS, check_bool, check_int
+from .config import check_int
+from .context import ModelContext
 from .engine import Engine, SessionHandle, read_tokenizer
-from .generation import GenerationResult, check_text, per_frame_timings
+from .generation import GenerationResult, per_frame_timings
 from .pipeline import ThreadSplit, check_vocoder_threads
+from .request import MAX_CHUNK_FRAMES, STREAMED_TEXT, build_request
+from .scheduler import MAX_BATCH, Scheduler
 from .text import SplitSentences
 from .text_stream import TextFeed
 from .tokenizer import Tokenizer, TokenizerData
-from .voice import Voice, VoiceCache, model_fingerprint
+from .voice import Voice, VoiceCache
 
 MAX_THREADS = 1024
-MAX_CHUNK_FRAMES = 4096
-
-
-def _check_request_args(speaker: Any, language: Any, instruct: Any, voice: Any,
-                        non_streaming_mode: Any) -> None:
-    """Types of the conditioning arguments, before they reach the tokenizer or C++."""
-    check_text(speaker, "speaker", optional=True, allow_empty=True)
-    check_text(language, "language")
-    check_text(instruct, "instruct", optional=True, allow_empty=True)
-    if voice is not None and not isinstance(voice, Voice):
-        raise TypeError(f"voice must be a qtts.Voice (from create_voice), got {type(voice).__name__}")
-    if non_streaming_mode is not None:
-        check_bool("non_streaming_mode", non_streaming_mode)
-
-
-
-def _check_setting_names(sampling: dict[str, Any]) -> None:
-    unknown = set(sampling) - set(SETTINGS)
-    if unknown:
-        raise TypeError(f"unexpected argument(s) {', '.join(sorted(unknown))}; sampling settings are "
-                        f"{', '.join(SETTINGS)}")
-
-# _request's text for stream_text, whose text arrives later (None is a caller's mistake)
-STREAMED_TEXT = object()
 OPS = ("auto", "native", "portable")
 # The matrix products' arithmetic on a GPU (docs/kernels.md, "Precision"); "auto" is "fast".
 PRECISIONS = ("auto", "exact", "fast")
@@ -72,6 +51,10 @@ def check_precision(precision: object) -> None:
 class Model(QwenTTSCompat):
     """A Qwen3-TTS model loaded from a qtts GGUF file (see `qtts-cli convert`).
 
+    close() (or `with qtts.load(...) as model:`) frees its weights, buffers and thread pools at
+    once instead of when the object is collected; a closed model refuses work.
+
+    `context` is what the request helpers see of it (qtts.runtime.context.ModelContext);
     `engine` is the low-level layer (qtts.runtime.engine.Engine): the native model, its compute
     session and their lock, with stage access for tests and benchmarks (`with
     model.engine.session() as s:` then s.talker_prefill, s.decode_stages, s.memory(),
@@ -111,22 +94,47 @@ class Model(QwenTTSCompat):
         check_vocoder_threads(vocoder_threads, self.n_threads)
         self.engine = Engine(str(self.path), device, self.n_threads, ops, huge_pages, precision)
         self._split = ThreadSplit(self.n_threads, vocoder_threads, self.engine.device == "CPU")
-        self.tokenizer: Tokenizer = Tokenizer.from_data(TokenizerData(*read_tokenizer(str(self.path))))
-        self._fingerprint: str | None = None
+        tokenizer = Tokenizer.from_data(TokenizerData(*read_tokenizer(str(self.path))))
         if voice_cache is True:
             from ..convert.registry import cache_dir
 
             voice_cache = cache_dir() / "voices"
-        self.voice_cache = VoiceCache(voice_cache) if voice_cache else None
+        self.context = ModelContext.build(self.engine, tokenizer, VoiceCache(voice_cache) if voice_cache else None)
         self._feeds: set[TextFeed] = set()  # streamed texts being read, woken by cancel()
+
+    def close(self) -> None:
+        """Free the weights, the compute buffers and the thread pools now. An operation or a
+        stream in progress in another thread is waited for; a stream that no other thread can
+        finish, or a Scheduler with requests in its slots, make close() raise RuntimeError
+        instead (finish or close them first). Closing twice does nothing; afterwards every method
+        that computes raises RuntimeError."""
+        self.engine.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.engine.closed
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.context.tokenizer
+
+    @property
+    def voice_cache(self) -> VoiceCache | None:
+        return self.context.voice_cache
 
     @property
     def variant(self) -> str:
-        return self.engine.variant
+        return self.context.variant
 
     @property
     def size(self) -> str:
-        return self.engine.size
+        return self.context.size
 
     @property
     def device(self) -> str:
@@ -159,15 +167,15 @@ class Model(QwenTTSCompat):
 
     @property
     def speakers(self) -> list[str]:
-        return [name for name, _, _ in self.engine.speakers]
+        return self.context.speaker_names
 
     @property
     def languages(self) -> list[str]:
-        return supported_languages(self.engine.languages)
+        return list(self.context.languages)
 
     @property
     def generation_defaults(self) -> dict[str, float | int | bool]:
-        return self.engine.generation_defaults
+        return dict(self.context.defaults)
 
     @property
     def hparams(self) -> dict[str, dict]:
@@ -180,42 +188,41 @@ class Model(QwenTTSCompat):
 
     @property
     def hidden_size(self) -> int:
-        return int(self.engine.hparams["talker"]["embedding_length"])
+        return self.context.hidden_size
 
     @property
     def num_code_groups(self) -> int:
-        return self.engine.num_code_groups
+        return self.context.num_code_groups
 
     @property
     def fingerprint(self) -> str:
         """Identifies the speaker encoder voices are made with (the same for every quantization
         of one checkpoint); empty for models without one."""
-        if self._fingerprint is None:
-            tensors = self.engine.tensor_data("spk_enc.")
-            self._fingerprint = model_fingerprint(tensors) if tensors else ""
-        return self._fingerprint
+        return self.context.fingerprint
 
     def speaker_embedding(self, ref_audio: cloning.AudioSource | np.ndarray) -> np.ndarray:
         """The x-vector of a reference clip (base models): a path, a (samples, sample_rate) tuple or
         24 kHz samples, as the reference's extract_speaker_embedding after its resampling."""
-        return cloning.speaker_embedding(self, cloning.reference_samples(self, ref_audio))
+        self.engine.require_open()
+        return cloning.speaker_embedding(self.context, cloning.reference_samples(self.context, ref_audio))
 
     def encode(self, ref_audio: cloning.AudioSource | np.ndarray) -> np.ndarray:
         """Codec codes [ceil(samples / samples per frame), code groups] of a clip (the reference speech
         tokenizer's encode; 1920 samples per frame and 16 groups in the released models)."""
-        return cloning.encode(self, cloning.reference_samples(self, ref_audio))
+        self.engine.require_open()
+        return cloning.encode(self.context, cloning.reference_samples(self.context, ref_audio))
 
     def create_voice(self, ref_audio: cloning.AudioSource | np.ndarray, ref_text: str | None = None, *,
                      x_vector_only_mode: bool = False) -> Voice:
         """A cloned voice from a reference clip (base models). In-context cloning (the default) needs
         ref_text, the clip's transcript; x_vector_only_mode uses the speaker embedding alone.
         Repeated clips come from the voice cache."""
-        return cloning.create_voice(self, ref_audio, ref_text, x_vector_only_mode, self.voice_cache)[0]
+        return cloning.create_voice(self.context, ref_audio, ref_text, x_vector_only_mode)[0]
 
     @property
     def codec_ids(self) -> dict[str, int]:
         """Codec-stream control ids (pad, bos, eos, think, nothink, think_bos, think_eos)."""
-        return self.engine.codec_ids
+        return dict(self.context.codec_ids)
 
     def codec_embedding(self, ids: list[int] | np.ndarray) -> np.ndarray:
         """Rows C(ids) of the talker's codec embedding, shape [len(ids), hidden]."""
@@ -247,20 +254,17 @@ class Model(QwenTTSCompat):
         another thread stops the loop within one frame (KeyboardInterrupt / stop_reason
         "cancelled").
         """
-        _check_setting_names(sampling)
-        check_text(text)
-        _check_request_args(speaker, language, instruct, voice, non_streaming_mode)
-        req = speech.make_request(self, text, language=language, speaker=speaker, instruct=instruct, seed=seed,
-                                  non_streaming_mode=non_streaming_mode, frame_budget=frame_budget,
-                                  split_sentences=False, settings=sampling, voice=voice)
+        req = build_request(self.context, text, language=language, speaker=speaker, instruct=instruct, voice=voice,
+                            seed=seed, split_sentences=False, frame_budget=frame_budget,
+                            non_streaming_mode=non_streaming_mode, sampling=sampling)
         with self.engine.session() as s:
-            ((codes, stop_reason, raw),) = speech.generate_piece(self, s, req, 0, Timings())
+            ((codes, stop_reason, raw),) = speech.generate_piece(self.context, s, req, 0, Timings())
         assert stop_reason is not None
         return GenerationResult(codes, stop_reason, req.config.seed, per_frame_timings(raw))
 
     @property
     def sample_rate(self) -> int:
-        return self.engine.sample_rate
+        return self.context.sample_rate
 
     def synthesize(self, text: str, *, speaker: str | None = None, language: str = "auto",
                    instruct: str | None = None, voice: Voice | None = None,
@@ -284,10 +288,12 @@ class Model(QwenTTSCompat):
         same with or without it)."""
         if progress is not None and not callable(progress):
             raise TypeError(f"progress must be callable, got {type(progress).__name__}")
-        req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
-                            non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
+        req = build_request(self.context, text, speaker=speaker, language=language, instruct=instruct, voice=voice,
+                            ref_audio=ref_audio, ref_text=ref_text, x_vector_only_mode=x_vector_only_mode, seed=seed,
+                            split_sentences=split_sentences, frame_budget=frame_budget,
+                            non_streaming_mode=non_streaming_mode, sampling=sampling)
         with self.engine.session() as s:
-            audio = speech.synthesize(self, s, req, progress, self._split.next())
+            audio = speech.synthesize(self.context, s, req, progress, self._split.next())
             self._record_split(audio.timings)
             return audio
 
@@ -297,8 +303,6 @@ class Model(QwenTTSCompat):
         arguments and seed. kwargs are synthesize's (progress excepted); a keyword given as a list
         with one entry per text is per item (seed=[1, 2, 3], speaker=[...]), anything else is
         shared by all."""
-        from .scheduler import MAX_BATCH, Scheduler
-
         if not isinstance(texts, (list, tuple)):
             raise TypeError(f"texts must be a list of str, got {type(texts).__name__}")
         check_int("max_batch", max_batch, 1, MAX_BATCH)
@@ -325,12 +329,14 @@ class Model(QwenTTSCompat):
         Timings to have it filled in (time to first audio included) as the stream runs."""
         check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
         check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
-        req = self._request(text, speaker, language, instruct, seed, split_sentences, frame_budget,
-                            non_streaming_mode, sampling, voice, ref_audio, ref_text, x_vector_only_mode)
+        req = build_request(self.context, text, speaker=speaker, language=language, instruct=instruct, voice=voice,
+                            ref_audio=ref_audio, ref_text=ref_text, x_vector_only_mode=x_vector_only_mode, seed=seed,
+                            split_sentences=split_sentences, frame_budget=frame_budget,
+                            non_streaming_mode=non_streaming_mode, sampling=sampling)
 
         t = timings if timings is not None else Timings()
 
-        return self._held_stream(lambda s: speech.stream(self, s, req, first_chunk_frames=first_chunk_frames,
+        return self._held_stream(lambda s: speech.stream(self.context, s, req, first_chunk_frames=first_chunk_frames,
                                                          max_chunk_frames=max_chunk_frames, timings=t,
                                                          vocoder_threads=self._split.next()), t)
 
@@ -421,15 +427,17 @@ class Model(QwenTTSCompat):
             raise ValueError("streamed text needs non_streaming_mode=False (the text goes in with the frames)")
         check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
         check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
-        req = self._request(STREAMED_TEXT, speaker, language, instruct, seed, split_sentences, frame_budget, False,
-                            sampling, voice, ref_audio, ref_text, x_vector_only_mode)
+        req = build_request(self.context, STREAMED_TEXT, speaker=speaker, language=language, instruct=instruct,
+                            voice=voice, ref_audio=ref_audio, ref_text=ref_text, x_vector_only_mode=x_vector_only_mode,
+                            seed=seed, split_sentences=split_sentences, frame_budget=frame_budget,
+                            non_streaming_mode=False, sampling=sampling)
         t = timings if timings is not None else Timings()
 
         def chunks() -> Iterator[AudioChunk]:
             self._feeds.add(feed)
             try:
                 yield from self._held_stream(
-                    lambda s: speech_text.stream_text(self, s, req, feed, split_sentences,
+                    lambda s: speech_text.stream_text(self.context, s, req, feed, split_sentences,
                                                       first_chunk_frames=first_chunk_frames,
                                                       max_chunk_frames=max_chunk_frames, timings=t,
                                                       vocoder_threads=self._split.next()), t)
@@ -459,31 +467,6 @@ class Model(QwenTTSCompat):
         if self._split.vocoder_threads == 0:
             self.engine.release_vocoder_session()
 
-    def _request(self, text: str | object, speaker: str | None, language: str, instruct: str | None, seed: int | None,
-                 split_sentences: SplitSentences, frame_budget: int | str | None, non_streaming_mode: bool | None,
-                 sampling: dict[str, Any], voice: Voice | None, ref_audio: Any, ref_text: str | None,
-                 x_vector_only_mode: bool) -> speech.Request:
-        _check_setting_names(sampling)
-        if text is STREAMED_TEXT:  # stream_text: the text comes later, through its feed
-            text = None
-        else:
-            check_text(text)
-        _check_request_args(speaker, language, instruct, voice, non_streaming_mode)
-        check_text(ref_text, "ref_text", optional=True, allow_empty=True)
-        check_bool("x_vector_only_mode", x_vector_only_mode)
-        clone = None
-        if ref_audio is not None:
-            if voice is not None:
-                raise ValueError("pass either voice or ref_audio, not both")
-            voice, clone = cloning.create_voice(self, ref_audio, ref_text, x_vector_only_mode, self.voice_cache)
-        elif ref_text is not None or x_vector_only_mode:
-            raise ValueError("ref_text and x_vector_only_mode go with ref_audio")
-        req = speech.make_request(self, text, language=language, speaker=speaker, instruct=instruct, seed=seed,
-                                  non_streaming_mode=non_streaming_mode, frame_budget=frame_budget,
-                                  split_sentences=split_sentences, settings=sampling, voice=voice)
-        req.clone_timings = clone
-        return req
-
     def cancel(self) -> None:
         """Stop a generation running in another thread after its current frame (a streamed
         text's, also while it waits for text)."""
@@ -492,8 +475,10 @@ class Model(QwenTTSCompat):
             feed.cancel()
 
     def __repr__(self) -> str:
-        if not hasattr(self, "engine"):  # __init__ failed before loading
+        if not hasattr(self, "context"):  # __init__ failed before loading
             return f"qtts.Model({str(self.path)!r}, not loaded)"
+        if self.closed:
+            return f"qtts.Model({str(self.path)!r}, closed)"
         return f"qtts.Model({str(self.path)!r}, variant={self.variant!r}, size={self.size!r}, device={self.device!r})"
 
 
@@ -506,12 +491,6 @@ def _stream_args(kwargs: dict[str, Any]) -> list[Any]:
     """stream_text's keyword arguments, in _stream_feed's order, the sampling settings last."""
     args = [kwargs.pop(k, v) for k, v in _STREAM_ARGS.items()]
     return [*args, kwargs]
-
-
-def supported_languages(table: dict[str, int]) -> list[str]:
-    """Languages a user may ask for, as the reference lists them: dialect ids are reached only
-    through a dialect speaker (docs/model.md, "Configuration")."""
-    return ["auto", *sorted(name for name in table if "dialect" not in name)]
 
 
 def check_gguf_path(path: Path) -> None:

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .context import ModelContext
 from .engine import SessionHandle
 from .voice import Voice, check_voice
-
-if TYPE_CHECKING:
-    from .model import Model
 
 
 @dataclass(frozen=True)
@@ -34,11 +31,11 @@ class Prompt:
     tokenize_ms: float = 0.0
 
 
-def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct: str | None,
+def resolve_voice(ctx: ModelContext, *, language: str, speaker: str | None, instruct: str | None,
                   voice: Voice | None = None) -> Conditioning:
     """Check a request against the model the way the reference's wrapper does, raising ValueError
     where the reference would fail or silently ignore an argument."""
-    variant = model.variant
+    variant = ctx.variant
     if variant == "base":
         if voice is None:
             raise ValueError("a base model clones a voice: pass voice= (from create_voice) or ref_audio=")
@@ -46,22 +43,22 @@ def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct:
             raise ValueError("speaker is for custom_voice models; a base model speaks with the cloned voice")
         if instruct:
             raise ValueError("base models take no instruct (the reference's generate_voice_clone has none)")
-        check_voice(voice, model.fingerprint, model.hidden_size, model.num_code_groups)
+        check_voice(voice, ctx.fingerprint, ctx.hidden_size, ctx.num_code_groups)
     elif voice is not None:
         raise ValueError(f"voice cloning needs a base model; this one is {variant!r}")
     lang = str(language).lower()
-    if lang not in model.languages:
-        raise ValueError(f"unsupported language {language!r}; supported: {', '.join(model.languages)}")
-    table = model.engine.languages
+    if lang not in ctx.languages:
+        raise ValueError(f"unsupported language {language!r}; supported: {', '.join(ctx.languages)}")
+    table = ctx.language_ids
     language_id = None if lang == "auto" else table[lang]
 
     speaker_id = None
     if variant == "custom_voice":
         if not speaker:
-            raise ValueError(f"a custom_voice model needs a speaker; available: {', '.join(model.speakers)}")
-        known = {name: (sid, dialect) for name, sid, dialect in model.engine.speakers}
+            raise ValueError(f"a custom_voice model needs a speaker; available: {', '.join(ctx.speaker_names)}")
+        known = {name: (sid, dialect) for name, sid, dialect in ctx.speakers}
         if speaker.lower() not in known:
-            raise ValueError(f"unknown speaker {speaker!r}; available: {', '.join(model.speakers)}")
+            raise ValueError(f"unknown speaker {speaker!r}; available: {', '.join(ctx.speaker_names)}")
         speaker_id, dialect = known[speaker.lower()]
         # A dialect speaker overrides chinese/auto with its dialect's language id, as the reference's
         # generate does (docs/model.md, "Prompt layouts").
@@ -71,26 +68,26 @@ def resolve_voice(model: Model, *, language: str, speaker: str | None, instruct:
             language_id = table[dialect]
         # The reference's generate_custom_voice tests `tts_model_size in "0b6"`, a substring test:
         # 0.6B models drop instruct (docs/model.md, "Reference quirks").
-        if instruct and model.size in "0b6":
-            raise ValueError(f"this {model.size} custom_voice model ignores instruct; pass instruct=None")
+        if instruct and ctx.size in "0b6":
+            raise ValueError(f"this {ctx.size} custom_voice model ignores instruct; pass instruct=None")
     elif speaker:
         raise ValueError("speaker is only for custom_voice models; describe the voice with instruct")
     # The reference's wrapper treats an empty instruct as none (generate_custom_voice, generate_voice_design).
     return Conditioning(language_id, speaker_id, instruct or None, voice)
 
 
-def build_prompt(model: Model, s: SessionHandle, text: str, cond: Conditioning, *, non_streaming_mode: bool,
+def build_prompt(ctx: ModelContext, s: SessionHandle, text: str, cond: Conditioning, *, non_streaming_mode: bool,
                  text_ids: list[int] | None = None, text_open: bool = False) -> Prompt:
     """The prompt of one text piece, computed in the caller's engine session. Streamed text
     (docs/model.md, "Text streamed in") passes the piece's final tokens so far as text_ids with
     text_open: the trailing text then lacks its EOS (and an ICL prompt needs more text tokens
     than the reference has frames, beyond its transcript's)."""
-    tok = model.tokenizer
+    tok = ctx.tokenizer
     t0 = time.perf_counter()
     if text_ids is None:
         text_ids = tok.prompt_text_ids(text)  # validates: non-empty, template slices intact
     role = tok.assistant_ids(text)[:3]
-    tid = model.engine.text_ids
+    tid = ctx.text_ids
     instruct_ids = tok.instruct_ids(cond.instruct) if cond.instruct else []
     icl = cond.clone is not None and not cond.clone.x_vector_only_mode
     ref_ids = tok.ref_prompt_ids(cond.clone.ref_text or "") if icl else []
@@ -101,7 +98,7 @@ def build_prompt(model: Model, s: SessionHandle, text: str, cond: Conditioning, 
     p_role, (bos, eos, pad), p_ref, p_text, p_instruct = np.split(
         p, np.cumsum([3, 3, len(ref_ids), len(text_ids)]))
 
-    cid = model.engine.codec_ids
+    cid = ctx.codec_ids
     think = ([cid["nothink"], cid["think_bos"], cid["think_eos"]] if cond.language_id is None
              else [cid["think"], cid["think_bos"], cond.language_id, cid["think_eos"]])
     speaker = [] if cond.speaker_id is None else [cond.speaker_id]

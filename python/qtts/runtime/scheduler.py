@@ -18,18 +18,25 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .audio import Audio, AudioChunk, Timings
+from .assembly import Assembly
+from .audio import Audio, AudioChunk
 from .config import check_int
+from .context import ModelContext
 from .engine import Batch, SessionHandle
+from .request import MAX_CHUNK_FRAMES, STREAMED_TEXT, Request, build_request
 from .scheduler_text import StreamedText, TextInput, pump
-from .speech import PAUSE_SECONDS, Request, clone_timings_into, decode_codes, finish_timings, ref_codes, timed_prompt
+from .speech import timed_prompt
 
-if TYPE_CHECKING:
-    from .model import Model
+
+class HasContext(Protocol):
+    """A qtts.Model, as the Scheduler sees it: its ModelContext."""
+
+    @property
+    def context(self) -> ModelContext: ...
 
 MAX_BATCH = 256  # the native core's limit
 # Serving defaults (docs/serving.md, "Server"): on the CPU a frame's compute grows with B, so a few
@@ -37,7 +44,12 @@ MAX_BATCH = 256  # the native core's limit
 CPU_MAX_BATCH, DEVICE_MAX_BATCH, QUEUE_PER_SLOT = 8, 64, 4
 
 
-def default_limits(model: Model) -> tuple[int, int]:
+class OnDevice(Protocol):
+    @property
+    def device(self) -> str: ...
+
+
+def default_limits(model: OnDevice) -> tuple[int, int]:
     """(max_batch, max_queue) for a server of `model` when none is given: by the device the
     talker runs on."""
     max_batch = CPU_MAX_BATCH if model.device.upper().startswith("CPU") else DEVICE_MAX_BATCH
@@ -74,10 +86,9 @@ class Job(TextInput):
     """One submitted request: its chunks as they come (iterate, or `async for`), or all of it;
     a submit_text job's text with write and end_text."""
 
-    def __init__(self, req: Request, sample_rate: int, empty_codes: np.ndarray, eager: bool = False) -> None:
+    def __init__(self, ctx: ModelContext, req: Request, eager: bool = False, text: StreamedText | None = None) -> None:
         self._req = req
-        self._sample_rate = sample_rate
-        self._empty_codes = empty_codes
+        self._sample_rate = ctx.sample_rate
         self._eager = eager  # synthesize_batch: pieces decoded whole, as Model.synthesize
         self._queue: collections.deque[Any] = collections.deque()
         self._cond = threading.Condition()
@@ -86,26 +97,22 @@ class Job(TextInput):
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._cancel = threading.Event()
-        self.stop_reason: str | None = None
-        self.timings = Timings()
-        # worker state
-        self._t_start = time.perf_counter()
+        # worker state; a streamed-text job's last piece is known only once its text tells
+        self._asm = Assembly(ctx, req, last_piece=None if text is None else text.is_last)
+        self.timings = self._asm.timings
         self._piece = 0
         self._slot: int | None = None
         self._stream: int | None = None
         self._pending: list[np.ndarray] = []  # codes of the chunk (eager: the piece) being gathered
         self._chunk_size = 0
-        self._index = 0
-        self._frames = 0
-        self._samples = 0
-        self._waves: list[np.ndarray] = []  # eager
-        self._codes: list[np.ndarray] = []
-        self._gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0, vocoder_ms=0.0)
-        self._raw: dict[str, float] = {}  # the native times of the piece so far, as its last step reported them
-        self._text: StreamedText | None = None  # submit_text: the text as it arrives
+        self._text = text  # submit_text: the text as it arrives
         self._waiting = False  # its slot waits for text
         self._wake: Callable[[], None] = lambda: None  # tells the worker something changed
-        clone_timings_into(self.timings, req.clone_timings)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The request's stop reason so far: None until its first piece ends."""
+        return self._asm.stop_reason
 
     @property
     def done(self) -> bool:
@@ -159,11 +166,9 @@ class Job(TextInput):
             raise TimeoutError("the request has not finished")
         self._raise()
         if self._eager:
-            samples = np.concatenate(self._waves) if self._waves else np.zeros(0, dtype=np.float32)
-        else:
-            samples = np.concatenate([c.samples for c in self._chunks]) if self._chunks else np.zeros(0, np.float32)
-        codes = np.concatenate(self._codes) if self._codes else self._empty_codes
-        return Audio(samples, self._sample_rate, codes, self.stop_reason or "cancelled", self.timings)
+            return self._asm.audio(finish=False)
+        samples = np.concatenate([c.samples for c in self._chunks]) if self._chunks else np.zeros(0, np.float32)
+        return Audio(samples, self._sample_rate, self._asm.codes(), self.stop_reason or "cancelled", self.timings)
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -199,18 +204,16 @@ class _Emit:
 class Scheduler:
     """Continuous batching over one Model: submit() requests from any thread, iterate their Jobs."""
 
-    def __init__(self, model: Model, *, max_batch: int = 8, max_queue: int = 32, first_chunk_frames: int = 1,
+    def __init__(self, model: HasContext, *, max_batch: int = 8, max_queue: int = 32, first_chunk_frames: int = 1,
                  max_chunk_frames: int = 8) -> None:
-        from .model import MAX_CHUNK_FRAMES
-
         check_int("max_batch", max_batch, 1, MAX_BATCH)
         check_int("max_queue", max_queue, 0, 2**31 - 1)
         check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
         check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
         if first_chunk_frames > max_chunk_frames:
             raise ValueError("need first_chunk_frames <= max_chunk_frames")
-        self._model = model
-        self._engine = model.engine
+        self._ctx = model.context
+        self._engine = self._ctx.engine
         self.max_batch, self.max_queue = max_batch, max_queue
         self._first, self._most = first_chunk_frames, max_chunk_frames
         self._batch: Batch = self._engine.batch(max_batch)
@@ -245,8 +248,6 @@ class Scheduler:
         It is admitted once its first word is final, and its slot sits out the frames whose text
         has not come; its samples are those of Model.stream(full text, non_streaming_mode=False)
         with the same seed (docs/serving.md, "Streamed text in a batch")."""
-        from .model import STREAMED_TEXT
-
         if chunks is not None and (isinstance(chunks, (str, bytes)) or not isinstance(chunks, Iterable)):
             raise TypeError(f"chunks must be an iterable of str fragments, got {type(chunks).__name__}")
         if kwargs.pop("non_streaming_mode", False) is not False:
@@ -289,13 +290,9 @@ class Scheduler:
     def _submit(self, text: str | object, args: dict[str, Any], sampling: dict[str, Any], eager: bool) -> Job:
         if self._closing:
             raise SchedulerClosed("the scheduler is closed")
-        m = self._model
-        req = m._request(text, args["speaker"], args["language"], args["instruct"], args["seed"],
-                         args["split_sentences"], args["frame_budget"], args["non_streaming_mode"], sampling,
-                         args["voice"], args["ref_audio"], args["ref_text"], args["x_vector_only_mode"])
-        job = Job(req, m.sample_rate, m.engine.empty_codes(), eager)
-        if not isinstance(text, str):  # submit_text
-            job._text = StreamedText(m, req, args["split_sentences"])
+        req = build_request(self._ctx, text, **args, sampling=sampling)
+        streamed = StreamedText(self._ctx, req, args["split_sentences"]) if text is STREAMED_TEXT else None
+        job = Job(self._ctx, req, eager, streamed)
         job._wake = self._wake
         with self._lock:
             if self._closing:
@@ -404,10 +401,10 @@ class Scheduler:
             with self._engine.session() as s:
                 if job._text is not None and got is not None:
                     if i:  # the pause after the piece before
-                        self._pause(job)
+                        job._put(job._asm.pause_chunk())
                     slot = job._text.add(s, self._batch, got, job.timings)
                 else:
-                    prompt = timed_prompt(self._model, s, req, req.pieces[i], job.timings)
+                    prompt = timed_prompt(self._ctx, s, req, req.pieces[i], job.timings)
                     slot = s.batch_add(self._batch, prompt.embeddings, prompt.trailing,
                                        req.config.for_piece(i, req.pieces[i]))
                 if not job._eager:
@@ -423,12 +420,12 @@ class Scheduler:
     def _reset_stream(self, s: SessionHandle, job: Job) -> None:
         if job._stream is None:
             job._stream = self._engine.new_stream_id()
-        ref = ref_codes(job._req)
+        ref = job._asm.ref
         t0 = time.perf_counter()
         s.decode_stream_reset(silent_frames=0 if ref is None else len(ref), stream=job._stream)
         if ref is not None:  # the decoder's context: the reference frames, whose audio is not emitted
             s.decode_stream_push(ref, stream=job._stream)
-        job._gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
+        job._asm.vocoder_ms += (time.perf_counter() - t0) * 1e3
 
     def _step(self, running: dict[int, Job]) -> None:
         cancelled = {slot: job for slot, job in running.items() if self._is_cancelled(job)}
@@ -453,7 +450,7 @@ class Scheduler:
             job._waiting = bool(raw.get("needs_text"))
             if reason is None and self._is_cancelled(job):
                 # cancelled during the step, or while the jobs before it were vocoded: no more chunks
-                job._raw = raw
+                job._asm.step(raw)
                 late[slot] = job
                 continue
             try:
@@ -482,19 +479,19 @@ class Scheduler:
                 self._fail(job, e)
             return
         for job in cancelled.values():
-            raw = {k: job._raw.get(k, 0.0) for k in ("prefill_ms", "talker_ms", "predictor_ms")}
-            try:
-                self._advance(job, self._engine.empty_codes(), "cancelled", raw)
+            try:  # the native times as the job's last step reported them
+                self._advance(job, self._ctx.empty_codes(), "cancelled", None)
             except Exception as e:
                 self._fail(job, e)
 
-    def _advance(self, job: Job, codes: np.ndarray, reason: str | None, raw: dict[str, float]) -> None:
-        """A job's frames of one step: complete chunks go out; at a piece's end the next starts."""
-        job._raw = raw
+    def _advance(self, job: Job, codes: np.ndarray, reason: str | None, raw: dict[str, float] | None) -> None:
+        """A job's frames of one step (raw: the piece's native times, None: as last reported):
+        complete chunks go out; at a piece's end the next starts."""
+        asm = job._asm
+        if raw is not None:
+            asm.step(raw)
         if len(codes):
             job._pending.append(codes)
-            job._codes.append(codes)
-            job._frames += len(codes)
         n = sum(len(c) for c in job._pending)
         if reason is None:
             if not job._eager and n >= job._chunk_size:
@@ -506,23 +503,13 @@ class Scheduler:
         with self._lock:
             self._running.pop(job._slot, None)
         job._slot = None
-        for k in ("prefill_ms", "talker_ms", "predictor_ms"):
-            job._gen[k] += raw[k]
-        if reason != "eos" or job.stop_reason in (None, "eos"):
-            job.stop_reason = reason
-        if job._text is not None:  # a later piece may still come: a piece's end is not the job's
-            last = reason == "cancelled" or job._text.is_last(job._piece) is True
-        else:
-            last = job._piece + 1 == len(job._req.pieces) or reason == "cancelled"
-        job._raw = {}
+        asm.end_piece(reason)
+        last = asm.is_last(job._piece, reason)  # a streamed-text job's: once its text tells
         if job._eager:
             self._decode_piece(job, last)
         else:
             if reason == "cancelled":  # nobody hears them (a client gone, a shutdown): not vocoded, so
-                # that a cancel frees the engine now, not after decoding a chunk per slot
-                del job._codes[len(job._codes) - len(job._pending):]
-                job._frames -= sum(len(c) for c in job._pending)
-                job._pending = []
+                job._pending = []  # that a cancel frees the engine now, not after decoding a chunk per slot
             self._emit(job, reason if last else None, final=last)
             self._flush()  # before the stream is closed, or reset for the next piece
             if job.done:  # the decode failed it
@@ -536,16 +523,10 @@ class Scheduler:
                 self._parked.append(job)
             return
         if not job._eager:
-            self._pause(job)
+            job._put(asm.pause_chunk())
         with self._lock:  # out of its slot until the next piece is admitted: still counted
             self._admitting += 1
         self._start(job)
-
-    def _pause(self, job: Job) -> None:
-        pause = np.zeros(int(PAUSE_SECONDS * self._model.sample_rate), dtype=np.float32)
-        job._samples += len(pause)
-        job._put(AudioChunk(pause, self._model.sample_rate, self._engine.empty_codes(), job._index))
-        job._index += 1
 
     def _end_text(self, job: Job) -> None:
         """A streamed-text job whose text ended after its last piece's final chunk went out: an
@@ -553,13 +534,14 @@ class Scheduler:
         if job._piece == 0:
             self._fail(job, ValueError("text is empty"))
             return
-        finish_timings(job.timings, job._gen, job._frames, job._samples / self._model.sample_rate, job._t_start)
-        self.finish_timings(job, job.stop_reason or "eos")
+        # the last piece's reason, as on the chunk that ends a known last piece (the request's
+        # stop_reason stays the merged one); the empty chunk finishes the timings
+        self.finish_timings(job, job._asm.piece_reason or "eos")
 
     def _emit(self, job: Job, reason: str | None, final: bool = False) -> None:
         """Queue the job's chunk of gathered codes; _flush decodes the queued chunks of every job
         together and hands them out (docs/serving.md, "Batched vocoder")."""
-        codes = np.concatenate(job._pending) if job._pending else self._engine.empty_codes()
+        codes = np.concatenate(job._pending) if job._pending else self._ctx.empty_codes()
         job._pending = []
         self._emits.append(_Emit(job, codes, reason, final))
 
@@ -581,43 +563,31 @@ class Scheduler:
             return
         ms = (time.perf_counter() - t0) * 1e3
         frames = sum(len(e.codes) for e in decoded)
-        wav_of = {id(e): w for e, w in zip(decoded, waves)}
-        now = time.perf_counter()
+        wav_of = {id(e): w for e, w in zip(decoded, waves, strict=True)}
         for e in emits:
             job, wav = e.job, wav_of.get(id(e), np.zeros(0, dtype=np.float32))
-            job._gen["vocoder_ms"] += ms * len(e.codes) / frames if frames else 0.0  # its share of the call
-            job._samples += len(wav)
-            if job.timings.time_to_first_audio_ms is None and len(wav):
-                job.timings.time_to_first_audio_ms = (now - job._t_start) * 1e3
-            if e.final:
-                finish_timings(job.timings, job._gen, job._frames, job._samples / self._model.sample_rate,
-                               job._t_start)
-            job._put(AudioChunk(wav, self._model.sample_rate, e.codes, job._index, e.reason))
-            job._index += 1
+            job._asm.vocoder_ms += ms * len(e.codes) / frames if frames else 0.0  # its share of the call
+            job._put(job._asm.chunk(wav, e.codes, e.reason, final=e.final))
 
     def _decode_piece(self, job: Job, last: bool) -> None:
         """As Model.synthesize: the piece's codes decoded whole, a pause before the next piece."""
-        codes = np.concatenate(job._pending) if job._pending else self._engine.empty_codes()
+        codes = np.concatenate(job._pending) if job._pending else self._ctx.empty_codes()
         job._pending = []
+        wav = None
         if len(codes):
-            t0 = time.perf_counter()
             with self._engine.session() as s:
-                job._waves.append(decode_codes(s, codes, ref_codes(job._req)))
-            job._gen["vocoder_ms"] += (time.perf_counter() - t0) * 1e3
-            if not last:
-                job._waves.append(np.zeros(int(PAUSE_SECONDS * self._model.sample_rate), dtype=np.float32))
+                wav = job._asm.decode(s, codes)
+        job._asm.add_piece(wav, codes, last)
         if last:
-            samples = sum(len(w) for w in job._waves)
-            finish_timings(job.timings, job._gen, job._frames, samples / self._model.sample_rate, job._t_start)
+            job._asm.finish()
 
     def finish_timings(self, job: Job, reason: str | None) -> None:
         """The job ended; `reason` set: it ended before generating (cancelled while queued)."""
         if reason is not None:
-            job.stop_reason = reason
+            job._asm.end_piece(reason)
             if not job._eager:
-                job._put(AudioChunk(np.zeros(0, dtype=np.float32), self._model.sample_rate,
-                                    self._engine.empty_codes(), job._index, reason))
-        if job.stop_reason == "cancelled":
+                job._put(job._asm.end_chunk(reason))
+        if job._asm.stop_reason == "cancelled":
             with self._lock:
                 self._cancelled += 1
         self._close_stream(job)

@@ -12,22 +12,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from .audio import Timings
 from .config import GenerationConfig
+from .context import ModelContext
 from .engine import Batch, Engine, SessionHandle
 from .prompt import build_prompt
-from .speech import Request
+from .request import Request
 from .speech_text import _Text
 from .text import SplitSentences
 from .text_stream import TextFeed, final_text_ids
-
-if TYPE_CHECKING:
-    from .model import Model
-    from .scheduler import Job
 
 # A piece's text tokens settled so far, whether they are all of it, its config (frame budget).
 Settled = tuple[list[int], bool, GenerationConfig]
@@ -37,8 +34,8 @@ class StreamedText:
     """One job's streamed text and the piece being generated from it (worker thread only, but
     `feed`, which any thread fills)."""
 
-    def __init__(self, model: Model, req: Request, split_sentences: SplitSentences) -> None:
-        self.model, self.req = model, req
+    def __init__(self, ctx: ModelContext, req: Request, split_sentences: SplitSentences) -> None:
+        self.ctx, self.req = ctx, req
         self.feed = TextFeed()
         self._text = _Text(self.feed, split_sentences)
         self._seen: tuple[int, bool] = (-1, False)
@@ -48,7 +45,7 @@ class StreamedText:
         # transcript's first (docs/model.md, "Prompt layouts"): as speech_text._Piece
         self.need = 1
         if clone is not None and not clone.x_vector_only_mode and clone.ref_codes is not None:
-            self.need = max(1, len(clone.ref_codes) + 1 - len(model.tokenizer.ref_prompt_ids(clone.ref_text or "")))
+            self.need = max(1, len(clone.ref_codes) + 1 - len(ctx.tokenizer.ref_prompt_ids(clone.ref_text or "")))
         self.index = 0
         self.fed = 0
         self.complete = False
@@ -67,8 +64,7 @@ class StreamedText:
         if got is None:
             return None
         piece, complete = got
-        return final_text_ids(self.model.tokenizer, piece, complete), complete, self.req.config.for_piece(index,
-                                                                                                          piece)
+        return final_text_ids(self.ctx.tokenizer, piece, complete), complete, self.req.config.for_piece(index, piece)
 
     def ready(self, index: int) -> bool:
         """Piece `index` can be admitted: its first tokens are final, or the text ended (the
@@ -105,7 +101,7 @@ class StreamedText:
         ids, complete, config = got
         if len(ids) <= self.fed and not complete and config.frame_budget == self.config.frame_budget:
             return None
-        new = ids[self.fed:] + ([self.model.engine.text_ids["tts_eos"]] if complete else [])
+        new = ids[self.fed:] + ([self.ctx.text_ids["tts_eos"]] if complete else [])
         self.fed, self.complete, self.config = len(ids), complete, config
         return new, complete, config
 
@@ -119,7 +115,7 @@ class StreamedText:
         complete; its slot id. The prompt's time is added to `timings`."""
         ids, complete, config = got
         t0 = time.perf_counter()
-        prompt = build_prompt(self.model, s, "", self.req.cond, non_streaming_mode=False, text_ids=ids,
+        prompt = build_prompt(self.ctx, s, "", self.req.cond, non_streaming_mode=False, text_ids=ids,
                               text_open=not complete)
         timings.prompt_ms += (time.perf_counter() - t0) * 1e3
         return s.batch_add(batch, prompt.embeddings, prompt.trailing, config, text_open=not complete)
@@ -132,7 +128,7 @@ class StreamedText:
             return False
         ids, complete, config = more
         with engine.session() as s:
-            rows = s.text_embed(ids) if ids else np.zeros((0, self.model.hidden_size), dtype=np.float32)
+            rows = s.text_embed(ids) if ids else np.zeros((0, self.ctx.hidden_size), dtype=np.float32)
             s.batch_append(batch, slot, rows, complete, config)
         return True
 
@@ -158,7 +154,21 @@ class TextInput:
         return self._text
 
 
-def pump(job: Job, chunks: Iterable[str]) -> threading.Thread:
+class Writable(Protocol):
+    """What pump writes into: a Job (typed here so that this module does not import scheduler.py)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    def write(self, fragment: str) -> None: ...
+
+    def end_text(self, error: BaseException | None = None) -> None: ...
+
+
+def pump(job: Writable, chunks: Iterable[str]) -> threading.Thread:
     """A daemon thread that writes `chunks` into the job as the iterator gives them, then ends
     its text (with the iterator's exception, which fails the job); it stops once the job is
     cancelled or done."""

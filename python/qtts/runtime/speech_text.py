@@ -12,25 +12,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .assembly import Assembly
 from .audio import AudioChunk, Timings
 from .config import GenerationConfig
+from .context import ModelContext
 from .engine import Generated, SessionHandle
 from .pipeline import Vocoder
 from .prompt import build_prompt
-from .speech import PAUSE_SECONDS, Request, _chunk_sizes, clone_timings_into, finish_timings, ref_codes
+from .request import Request
+from .speech import chunk_sizes
 from .text import SplitSentences
 from .text_stream import TextFeed, final_text_ids, known_pieces
-
-if TYPE_CHECKING:
-    from .model import Model
 
 
 class _Cancelled(Exception):
@@ -94,8 +91,8 @@ class _Piece:
     """One piece's generation over streamed text: the prompt once its first tokens are final,
     then native steps, text rows appended as they become final."""
 
-    def __init__(self, model: Model, s: SessionHandle, req: Request, text: _Text, index: int, timings: Timings):
-        self.model, self.s, self.req, self.text, self.index = model, s, req, text, index
+    def __init__(self, ctx: ModelContext, s: SessionHandle, req: Request, text: _Text, index: int, timings: Timings):
+        self.ctx, self.s, self.req, self.text, self.index = ctx, s, req, text, index
         clone = req.cond.clone
         icl = clone is not None and not clone.x_vector_only_mode
         # an ICL prompt holds as many text tokens as the reference has frames (plus one), its
@@ -103,7 +100,7 @@ class _Piece:
         self.need = 1
         if icl:
             assert clone is not None and clone.ref_codes is not None
-            self.need = max(1, len(clone.ref_codes) + 1 - len(model.tokenizer.ref_prompt_ids(clone.ref_text or "")))
+            self.need = max(1, len(clone.ref_codes) + 1 - len(ctx.tokenizer.ref_prompt_ids(clone.ref_text or "")))
         self.timings = timings
         self.fed = 0
         self.complete = False
@@ -114,7 +111,7 @@ class _Piece:
         if got is None:
             return None
         piece, complete = got
-        ids = final_text_ids(self.model.tokenizer, piece, complete)
+        ids = final_text_ids(self.ctx.tokenizer, piece, complete)
         return ids, complete, self.req.config.for_piece(self.index, piece)
 
     def begin(self) -> bool:
@@ -128,7 +125,7 @@ class _Piece:
             self.text.more()
         ids, self.complete, self.config = got
         t0 = time.perf_counter()
-        prompt = build_prompt(self.model, self.s, "", self.req.cond, non_streaming_mode=False, text_ids=ids,
+        prompt = build_prompt(self.ctx, self.s, "", self.req.cond, non_streaming_mode=False, text_ids=ids,
                               text_open=not self.complete)
         self.timings.prompt_ms += (time.perf_counter() - t0) * 1e3
         self.s.generate_begin(prompt.embeddings, prompt.trailing, self.config, text_open=not self.complete)
@@ -146,8 +143,8 @@ class _Piece:
             ids, complete, config = got
             if len(ids) > self.fed or complete or config.frame_budget != self.config.frame_budget:
                 break
-        new = ids[self.fed:] + ([self.model.engine.text_ids["tts_eos"]] if complete else [])
-        rows = self.s.text_embed(new) if new else np.zeros((0, self.model.hidden_size), dtype=np.float32)
+        new = ids[self.fed:] + ([self.ctx.text_ids["tts_eos"]] if complete else [])
+        rows = self.s.text_embed(new) if new else np.zeros((0, self.ctx.hidden_size), dtype=np.float32)
         self.s.generate_append(rows, complete, config)
         self.fed, self.complete, self.config = len(ids), complete, config
 
@@ -162,86 +159,43 @@ class _Piece:
                 self.feed_more()
 
 
-def stream_text(model: Model, s: SessionHandle, req: Request, feed: TextFeed, split_sentences: SplitSentences, *,
-                first_chunk_frames: int = 1, max_chunk_frames: int = 8, timings: Timings | None = None,
+def stream_text(ctx: ModelContext, s: SessionHandle, req: Request, feed: TextFeed, split_sentences: SplitSentences,
+                *, first_chunk_frames: int = 1, max_chunk_frames: int = 8, timings: Timings | None = None,
                 vocoder_threads: int = 0) -> Iterator[AudioChunk]:
     """speech.stream for text arriving through `feed`: chunks as they are produced, the pieces
     split as the text settles them; closing the iterator stops the generation. A chunk that ends
     a piece before the text tells whether another follows carries no stop reason; an empty last
     chunk then carries it."""
-    if not 1 <= first_chunk_frames <= max_chunk_frames:
-        raise ValueError("need 1 <= first_chunk_frames <= max_chunk_frames")
-    t_start = time.perf_counter()
-    timings = timings if timings is not None else Timings()
-    timings.vocoder_threads = vocoder_threads
-    gen = dict(prefill_ms=0.0, talker_ms=0.0, predictor_ms=0.0)
-    frames, samples_out, index = 0, 0, 0
-    ref = ref_codes(req)
-    clone_timings_into(timings, req.clone_timings)
-    voc = Vocoder(s, vocoder_threads)
+    chunk_sizes(first_chunk_frames, max_chunk_frames)
     text = _Text(feed, split_sentences)
-    pending: deque[tuple[Future[np.ndarray], np.ndarray, str | None]] = deque()
-    reason: str | None = None
-
-    def finish() -> None:
-        finish_timings(timings, {**gen, "vocoder_ms": voc.busy_ms}, frames, samples_out / model.sample_rate, t_start)
-
+    asm = Assembly(ctx, req, timings, vocoder_threads, last_piece=text.is_last)
+    voc = asm.vocoder = Vocoder(s, vocoder_threads)
     try:
         i = 0
         while True:
-            piece = _Piece(model, s, req, text, i, timings)
+            piece = _Piece(ctx, s, req, text, i, asm.timings)
             try:
                 started = piece.begin()
             except _Cancelled:
-                reason = "cancelled"
+                asm.end_piece("cancelled")
                 break
             if not started:
                 if i == 0:
                     raise ValueError("text is empty")
                 break
             if i:
-                pause = np.zeros(int(PAUSE_SECONDS * model.sample_rate), dtype=np.float32)
-                samples_out += len(pause)
-                yield AudioChunk(pause, model.sample_rate, model.engine.empty_codes(), index)
-                index += 1
-            voc.reset(silent_frames=0 if ref is None else len(ref))
-            if ref is not None:
-                voc.push(ref)
-            voc.pace()
-            raw: dict[str, float] = {}
-            steps = piece.steps(voc.paced(_chunk_sizes(first_chunk_frames, max_chunk_frames)))
+                yield asm.pause_chunk()
+            asm.start_stream(voc)
+            steps = piece.steps(voc.paced(chunk_sizes(first_chunk_frames, max_chunk_frames)))
             try:
-                for codes, reason, raw in steps:
-                    waiting = reason is None and bool(raw.get("needs_text"))
-                    if len(codes) or reason is not None:
-                        pending.append((voc.push(codes, alone=index == 0), codes, reason))
-                    # the first chunk at once, later ones once the next is generated or before a wait
-                    while pending and (index == 0 or reason is not None or waiting or len(pending) > voc.lag):
-                        samples, chunk_codes, chunk_reason = pending.popleft()
-                        wav = samples.result()
-                        frames += len(chunk_codes)
-                        samples_out += len(wav)
-                        if timings.time_to_first_audio_ms is None and len(wav):
-                            timings.time_to_first_audio_ms = (time.perf_counter() - t_start) * 1e3
-                        last = chunk_reason == "cancelled" or (chunk_reason is not None and text.is_last(i) is True)
-                        if last:
-                            totals = {k: gen[k] + raw[k] for k in gen}
-                            finish_timings(timings, {**totals, "vocoder_ms": voc.busy_ms}, frames,
-                                           samples_out / model.sample_rate, t_start)
-                        yield AudioChunk(wav, model.sample_rate, chunk_codes, index, chunk_reason if last else None)
-                        index += 1
-                        if last:
-                            return
+                yield from asm.stream_piece(voc, steps, lambda r: asm.is_last(i, r))  # noqa: B023 (used now)
             except _Cancelled:
-                reason = "cancelled"
-            for k in gen:
-                gen[k] += raw.get(k, 0.0)
-            if reason == "cancelled":
+                asm.end_piece("cancelled")
                 break
+            if asm.finished:
+                return
             i += 1
         # the text ended (or was cancelled) after the last piece's final chunk went out
-        finish()
-        yield AudioChunk(np.zeros(0, dtype=np.float32), model.sample_rate, model.engine.empty_codes(), index,
-                         reason or "eos")
+        yield asm.end_chunk(asm.piece_reason or "eos")
     finally:
         voc.close()
