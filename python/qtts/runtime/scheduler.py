@@ -483,7 +483,7 @@ class Scheduler:
             return
         ms = (time.perf_counter() - t0) * 1e3
         frames = sum(len(e.codes) for e in decoded)
-        wav_of = {id(e): w for e, w in zip(decoded, waves)}
+        wav_of = {id(e): w for e, w in zip(decoded, waves, strict=True)}
         now = time.perf_counter()
         for e in emits:
             job, wav = e.job, wav_of.get(id(e), np.zeros(0, dtype=np.float32))
