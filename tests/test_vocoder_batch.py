@@ -56,7 +56,7 @@ def test_streams_together_equal_alone(session) -> None:
             assert wav.dtype == np.float32 and wav.shape == (max(0, min(len(c), at[s] - plan[s][1])) * HOP,)
             got[s].append(wav)
         step += 1
-    for s, (n, silent, _, _) in plan.items():
+    for s, (_, silent, _, _) in plan.items():
         whole = np.concatenate(got[s])
         np.testing.assert_array_equal(whole, _alone(session, codes[s], silent), err_msg=f"stream {s}")
         if not silent:

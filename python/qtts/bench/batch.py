@@ -89,7 +89,7 @@ def streams_worker(gguf: str, threads: int, frames: int, streams: int, seed: int
         r["offline_100_ms_per_frame"] = (time.perf_counter() - t0) * 1e3 / 100
         ids = [m.engine.new_stream_id() for _ in range(streams)]
         t0 = time.perf_counter()
-        for sid, c in zip(ids, codes):
+        for sid, c in zip(ids, codes, strict=True):
             s.decode_stream_reset(stream=sid)
             at = 0
             for k in sizes:
@@ -101,7 +101,7 @@ def streams_worker(gguf: str, threads: int, frames: int, streams: int, seed: int
             s.decode_stream_reset(stream=sid)
         at = 0
         for k in sizes:
-            s.decode_streams_push([(sid, c[at:at + k]) for sid, c in zip(ids, codes)])
+            s.decode_streams_push([(sid, c[at:at + k]) for sid, c in zip(ids, codes, strict=True)])
             at += k
         r["together_ms_per_frame"] = (time.perf_counter() - t0) * 1e3 / (frames * streams)
         for sid in ids:

@@ -3,7 +3,8 @@
 A Scheduler owns a worker thread and an engine Batch of `max_batch` slots. Per iteration the
 worker admits queued requests into free slots (prompt, prefill), steps every running request
 one frame together (one talker step and one code-predictor pass for all of them), and hands each
-request's chunk to its Job once the chunk is complete, decoded on the request's own codec stream.
+request's chunk to its Job once the chunk is complete, decoded on the request's own codec stream
+(the chunks completed in one step decoded together, docs/serving.md "Batched vocoder").
 Chunks follow Model.stream's schedule: the first is `first_chunk_frames` frames, later ones
 double up to `max_chunk_frames`; a request's chunks are those Model.stream gives for the same
 arguments and seed. The worker takes the engine lock once per operation, so eager Model calls
