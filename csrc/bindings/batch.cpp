@@ -40,43 +40,47 @@ void bind_batch(py::module_ & m) {
         .def_property_readonly("talker_step_nodes", &Batch::talker_step_nodes,
                                "Nodes of the last batched talker step's graph (0 before the first step).")
         .def_property_readonly("cache_bytes", &Batch::cache_bytes, "Bytes of the shared talker KV cache now.")
-        .def("add",
-             [](Batch & b, const FloatRows & prompt, const FloatRows & trailing, const GenerateParams & gp,
-                bool text_open) {
-                 const int d = b.model().talker.n_embd();
-                 int n_prompt = 0, n_trailing = 0;
-                 std::vector<float> p = rows(prompt, d, "prompt", &n_prompt), t = rows(trailing, d, "trailing", &n_trailing);
-                 py::gil_scoped_release release;
-                 return b.add(p, n_prompt, t, n_trailing, gp, text_open);
-             },
-             py::arg("prompt"), py::arg("trailing"), py::arg("params"), py::arg("text_open") = false,
-             "Prefill a generation into a free slot; its slot id. text_open: its text is streamed in (append).")
-        .def("append",
-             [](Batch & b, int slot, const FloatRows & text, bool text_final, int frame_budget) {
-                 int n = 0;
-                 std::vector<float> t = rows(text, b.model().talker.n_embd(), "rows", &n);
-                 py::gil_scoped_release release;
-                 b.append(slot, t, n, text_final, frame_budget);
-             },
-             py::arg("slot"), py::arg("rows"), py::arg("text_final"), py::arg("frame_budget"),
-             "Streamed text of a text-open slot: more trailing rows [n, D], whether they end the text, the "
-             "grown frame budget.")
+        .def(
+            "add",
+            [](Batch & b, const FloatRows & prompt, const FloatRows & trailing, const GenerateParams & gp,
+               bool text_open) {
+                const int d = b.model().talker.n_embd();
+                int n_prompt = 0, n_trailing = 0;
+                std::vector<float> p = rows(prompt, d, "prompt", &n_prompt),
+                                   t = rows(trailing, d, "trailing", &n_trailing);
+                py::gil_scoped_release release;
+                return b.add(p, n_prompt, t, n_trailing, gp, text_open);
+            },
+            py::arg("prompt"), py::arg("trailing"), py::arg("params"), py::arg("text_open") = false,
+            "Prefill a generation into a free slot; its slot id. text_open: its text is streamed in (append).")
+        .def(
+            "append",
+            [](Batch & b, int slot, const FloatRows & text, bool text_final, int frame_budget) {
+                int n = 0;
+                std::vector<float> t = rows(text, b.model().talker.n_embd(), "rows", &n);
+                py::gil_scoped_release release;
+                b.append(slot, t, n, text_final, frame_budget);
+            },
+            py::arg("slot"), py::arg("rows"), py::arg("text_final"), py::arg("frame_budget"),
+            "Streamed text of a text-open slot: more trailing rows [n, D], whether they end the text, the "
+            "grown frame budget.")
         .def("remove", &Batch::remove, py::arg("slot"), "Free a slot now.")
         .def("cancel", &Batch::cancel, py::arg("slot"), "Stop a slot at its next frame (stop reason 'cancelled').")
-        .def("step",
-             [](Batch & b, int n_frames) {
-                 std::vector<SlotResult> rs;
-                 {
-                     py::gil_scoped_release release;
-                     rs = b.step(n_frames);
-                 }
-                 py::list out;
-                 for (const SlotResult & r : rs) out.append(slot_result(b, r));
-                 return out;
-             },
-             py::arg("n_frames"),
-             "Up to n_frames frames of every active slot: [(slot, codes [n, groups], stop reason or None, timing "
-             "totals)].");
+        .def(
+            "step",
+            [](Batch & b, int n_frames) {
+                std::vector<SlotResult> rs;
+                {
+                    py::gil_scoped_release release;
+                    rs = b.step(n_frames);
+                }
+                py::list out;
+                for (const SlotResult & r : rs) out.append(slot_result(b, r));
+                return out;
+            },
+            py::arg("n_frames"),
+            "Up to n_frames frames of every active slot: [(slot, codes [n, groups], stop reason or None, timing "
+            "totals)].");
 }
 
 }  // namespace qtts

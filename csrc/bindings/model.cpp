@@ -78,16 +78,16 @@ void bind_model(py::module_ & m) {
              }),
              py::arg("path"), py::arg("device") = "auto", py::arg("ops") = OpsChoice::automatic,
              py::arg("huge_pages") = true, py::arg("precision") = PrecisionChoice::automatic)
-        .def_property_readonly("precision", [](const Model & model) {
-                 return model.precision == Precision::exact ? "exact" : "fast";
-             }, "The matrix products' arithmetic: exact (F32) or fast (the device's TF32/BF16 kernels).")
+        .def_property_readonly(
+            "precision", [](const Model & model) { return model.precision == Precision::exact ? "exact" : "fast"; },
+            "The matrix products' arithmetic: exact (F32) or fast (the device's TF32/BF16 kernels).")
         .def_readonly("huge_page_bytes", &Model::huge_page_bytes,
                       "Bytes of weights read into transparent huge pages (0: all mapped from the file).")
         .def_readonly("packed_bytes", &Model::packed_bytes,
                       "Bytes of Q8_0 weights packed for the quantized matmul's VNNI kernel at load.")
-        .def_property_readonly("ops", [](const Model & model) {
-            return std::string(model.ops == OpsPath::portable ? "portable" : "native");
-        })
+        .def_property_readonly(
+            "ops",
+            [](const Model & model) { return std::string(model.ops == OpsPath::portable ? "portable" : "native"); })
         .def_property_readonly("portable_weight_bytes", [](const Model & model) { return model.conv_weights.bytes(); })
         .def_readonly("path", &Model::path)
         .def_readonly("name", &Model::name)
@@ -97,11 +97,13 @@ void bind_model(py::module_ & m) {
         .def_readonly("weight_bytes", &Model::weight_bytes)
         .def_readonly("languages", &Model::languages)
         .def_readonly("component_devices", &Model::component_devices)
-        .def_property_readonly("device", [](const Model & model) { return std::string(ggml_backend_dev_name(model.device)); })
+        .def_property_readonly("device",
+                               [](const Model & model) { return std::string(ggml_backend_dev_name(model.device)); })
         .def_property_readonly("speakers",
                                [](const Model & model) {
                                    std::vector<py::tuple> out;
-                                   for (const Speaker & s : model.speakers) out.push_back(py::make_tuple(s.name, s.id, s.dialect));
+                                   for (const Speaker & s : model.speakers)
+                                       out.push_back(py::make_tuple(s.name, s.id, s.dialect));
                                    return out;
                                })
         .def_property_readonly("text_ids",
@@ -133,7 +135,8 @@ void bind_model(py::module_ & m) {
             [](const Model & model) {
                 py::list out;
                 for (const ggml_tensor * t : model.tensors("")) {
-                    out.append(py::make_tuple(std::string(t->name), std::string(ggml_type_name(t->type)), ggml_nelements(t)));
+                    out.append(
+                        py::make_tuple(std::string(t->name), std::string(ggml_type_name(t->type)), ggml_nelements(t)));
                 }
                 return out;
             },
@@ -145,8 +148,8 @@ void bind_model(py::module_ & m) {
                 for (const ggml_tensor * t : model.tensors(prefix)) {
                     std::string data(ggml_nbytes(t), '\0');
                     ggml_backend_tensor_get(t, data.data(), 0, data.size());
-                    out.append(py::make_tuple(std::string(t->name), std::string(ggml_type_name(t->type)),
-                                              py::bytes(data)));
+                    out.append(
+                        py::make_tuple(std::string(t->name), std::string(ggml_type_name(t->type)), py::bytes(data)));
                 }
                 return out;
             },

@@ -3,9 +3,9 @@
 // time-major ([T, C] in numpy is ne = [C, T] in ggml), conv weights in the panel layout
 // [N/P, K, Cin, P]. Shapes are checked here, naming the argument, before ggml sees them.
 #include <chrono>
-#include <memory>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,8 +28,8 @@
 #include "ops/stock.h"
 #include "ops/time_stats.h"
 #include "runtime/error.h"
-#include "runtime/host_memory.h"
 #include "runtime/graph.h"
+#include "runtime/host_memory.h"
 
 namespace py = pybind11;
 using namespace qtts;
@@ -260,7 +260,8 @@ py::array_t<float> run_mul_mat_exact(const Floats & a, const Floats & b) {
     const std::vector<int64_t> bs = shape(b, "b", {as[0], -1, as[2]});
     OneOp op;
     ggml_tensor * y = mul_mat_exact(op.ctx(), op.input(a, as), op.input(b, bs));
-    py::array_t<float> out = op.run(ggml_reshape_2d(op.ctx(), ggml_cont(op.ctx(), y), y->ne[0], y->ne[1] * y->ne[2]), 1);
+    py::array_t<float> out =
+        op.run(ggml_reshape_2d(op.ctx(), ggml_cont(op.ctx(), y), y->ne[0], y->ne[1] * y->ne[2]), 1);
     return out.reshape({as[0], bs[1], as[1]});
 }
 
@@ -307,7 +308,8 @@ py::tuple run_attend(const Floats & q, const Floats & k, const Floats & v, const
     ggml_tensor * kc = op.input(k_cache, cs);
     ggml_tensor * vc = op.input(v_cache, cs);
     py::array_t<int32_t> positions(n_all);  // each lane's new positions, n_past on
-    for (int64_t r = 0; r < n_all; ++r) positions.mutable_data()[r] = static_cast<int32_t>(n_past + r % (n_all / lanes));
+    for (int64_t r = 0; r < n_all; ++r)
+        positions.mutable_data()[r] = static_cast<int32_t>(n_past + r % (n_all / lanes));
     ggml_tensor * pt = op.input_raw(GGML_TYPE_I32, n_all, 1, positions);
     auto window = [&](ggml_tensor * c) {
         return ggml_view_4d(op.ctx(), c, hd, n_kv, nkv, lanes, c->nb[2], c->nb[1], lane_stride * c->nb[2], 0);
@@ -393,8 +395,9 @@ void qtts::bind_ops(py::module_ & mod) {
             return out;
         },
         "The SIMD paths this CPU supports, from scalar to the best.");
-    m.def("get_simd_path", []() { return std::string(simd_path_name(simd_path())); },
-          "The SIMD path the custom ops take now.");
+    m.def(
+        "get_simd_path", []() { return std::string(simd_path_name(simd_path())); },
+        "The SIMD path the custom ops take now.");
     m.def(
         "set_simd_path",
         [](const std::string & name) {
@@ -433,8 +436,9 @@ void qtts::bind_ops(py::module_ & mod) {
           "warm-up run (benchmarks); the weights in transparent huge pages where the OS has them, as a "
           "model's streamed weights, unless huge_pages is False, and packed where a model's would be unless "
           "packed is False.");
-    m.def("get_matmul_path", []() { return std::string(matmul_path() == MatmulPath::ggml ? "ggml" : "native"); },
-          "The kernels graphs are built with: 'native' (the quantized matmul where it applies) or 'ggml'.");
+    m.def(
+        "get_matmul_path", []() { return std::string(matmul_path() == MatmulPath::ggml ? "ggml" : "native"); },
+        "The kernels graphs are built with: 'native' (the quantized matmul where it applies) or 'ggml'.");
     m.def(
         "set_matmul_path",
         [](const std::string & name) {
@@ -452,8 +456,7 @@ void qtts::bind_ops(py::module_ & mod) {
     m.def("elu_left", &run_elu_left, py::arg("x"), py::arg("left") = py::none(), py::arg("pad") = 0, py::kw_only(),
           py::arg("n_threads") = 1, "[left; ELU(x); pad rows of zeros] for x [n, C].");
     m.def("attend", &run_attend, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("k_cache"), py::arg("v_cache"),
-          py::kw_only(), py::arg("n_past"), py::arg("lanes") = 1, py::arg("lane_stride") = 0,
-          py::arg("n_threads") = 1,
+          py::kw_only(), py::arg("n_past"), py::arg("lanes") = 1, py::arg("lane_stride") = 0, py::arg("n_threads") = 1,
           "Cached attention (the talker's and predictor's fused op): writes k, v [n * lanes, n_head_kv, hd] "
           "into each lane's window of k_cache, v_cache [n_ctx, n_head_kv, hd] after its n_past positions, "
           "and attends q [n * lanes, n_head, hd] causally over the window. Returns (out [n * lanes, "

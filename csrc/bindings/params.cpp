@@ -39,7 +39,7 @@ void bind_params(py::module_ & m) {
     py::class_<GenerateParams>(m, "GenerateParams", "The settings of one generation (Session.generate).")
         .def(py::init([](const SamplingParams & talker, const SamplingParams & subtalker, float repetition_penalty,
                          int max_new_tokens, int min_new_tokens, int frame_budget, uint64_t seed) {
-                 return GenerateParams{talker, subtalker, repetition_penalty, max_new_tokens, min_new_tokens,
+                 return GenerateParams{talker,       subtalker, repetition_penalty, max_new_tokens, min_new_tokens,
                                        frame_budget, seed};
              }),
              py::kw_only(), py::arg("talker") = gp.talker, py::arg("subtalker") = gp.subtalker,

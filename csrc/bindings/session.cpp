@@ -84,9 +84,8 @@ py::tuple generate(Session & s, const FloatRows & prompt, const FloatRows & trai
     const int d = s.model().talker.n_embd();
     int n_prompt = 0, n_trailing = 0;
     std::vector<float> p = rows(prompt, d, "prompt", &n_prompt), t = rows(trailing, d, "trailing", &n_trailing);
-    GenerateResult r = interruptible([&](const std::function<bool()> & stop) {
-        return s.generate(p, n_prompt, t, n_trailing, gp, stop);
-    });
+    GenerateResult r = interruptible(
+        [&](const std::function<bool()> & stop) { return s.generate(p, n_prompt, t, n_trailing, gp, stop); });
     py::tuple out = generate_result(s, r);
     out[2].cast<py::dict>()["frames"] = r.frames;
     return out;
@@ -102,7 +101,8 @@ void generate_begin(Session & s, const FloatRows & prompt, const FloatRows & tra
 }
 
 py::tuple generate_next(Session & s, int n_frames) {
-    GenerateResult r = interruptible([&](const std::function<bool()> & stop) { return s.generate_next(n_frames, stop); });
+    GenerateResult r =
+        interruptible([&](const std::function<bool()> & stop) { return s.generate_next(n_frames, stop); });
     py::tuple out = generate_result(s, r);
     out[2].cast<py::dict>()["needs_text"] = r.needs_text;
     return out;
@@ -144,73 +144,79 @@ void bind_session(py::module_ & m) {
                  }
                  return matrix(out, s.model().talker.n_embd());
              })
-        .def("frame_embed",
-             [](Session & s, const py::array & codes) {
-                 int64_t n = 0;
-                 std::vector<int32_t> c = code_rows(codes, s.model().talker.n_code_groups, &n);
-                 std::vector<float> out;
-                 {
-                     py::gil_scoped_release release;
-                     out = s.frame_embed(c, n);
-                 }
-                 return matrix(out, s.model().talker.n_embd());
-             },
-             py::arg("codes"), "The talker's input embedding of each frame of codes [n, groups].")
-        .def("speaker_embed",
-             [](Session & s, const FloatRows & mel) {
-                 if (!s.model().speaker_encoder) throw Error("this model has no speaker encoder (voice cloning needs a Base model)");
-                 const SpeakerEncoder & w = *s.model().speaker_encoder;
-                 int n = 0;
-                 std::vector<float> m = rows(mel, w.mel_dim, "mel", &n), out;
-                 {
-                     py::gil_scoped_release release;
-                     out = speaker_embed(w, s.codec_runner("other"), m, n);
-                 }
-                 return samples(out);
-             },
-             py::arg("mel"), "The x-vector of a log-mel spectrogram [frames, mel_dim].")
-        .def("encode",
-             [](Session & s, const py::array_t<float, py::array::c_style | py::array::forcecast> & wav) {
-                 if (wav.ndim() != 1) throw Error("encode takes 1-D float32 samples");
-                 std::vector<float> x(wav.data(), wav.data() + wav.size());
-                 std::vector<int32_t> c;
-                 {
-                     py::gil_scoped_release release;
-                     c = encode(s.model().codec_encoder, s.codec_runner("other"), x);
-                 }
-                 const py::ssize_t g = s.model().codec_encoder.n_quantizers;
-                 py::array_t<int32_t> out({static_cast<py::ssize_t>(c.size()) / g, g});
-                 std::copy(c.begin(), c.end(), out.mutable_data());
-                 return out;
-             },
-             py::arg("samples"), "Codes [ceil(n / hop), n_quantizers] of 24 kHz samples (the codec encoder).")
-        .def("talker_prefill",
-             [](Session & s, const FloatRows & embd, int n_ctx) {
-                 int n = 0;
-                 std::vector<float> e = rows(embd, s.model().talker.n_embd(), "embeddings", &n);
-                 TalkerOutput out;
-                 {
-                     py::gil_scoped_release release;
-                     out = s.talker_prefill(e, n, n_ctx);
-                 }
-                 return talker_output(out);
-             },
-             py::arg("embeddings"), py::arg("n_ctx") = 0,
-             "Debug: the talker over a prompt; (logits of the last position, its normed hidden state).")
-        .def("talker_step",
-             [](Session & s, const std::vector<int32_t> & codes, const FloatRows & text, int n_past) {
-                 int n = 0;
-                 std::vector<float> x = rows(text, s.model().talker.n_embd(), "text vector", &n);
-                 if (n != 1) throw Error("talker_step: expected one text vector");
-                 TalkerOutput out;
-                 {
-                     py::gil_scoped_release release;
-                     out = s.talker_step(codes, x.data(), n_past);
-                 }
-                 return talker_output(out);
-             },
-             py::arg("codes"), py::arg("text"), py::arg("n_past"),
-             "Debug: one decode step after talker_prefill; (logits, normed hidden state).")
+        .def(
+            "frame_embed",
+            [](Session & s, const py::array & codes) {
+                int64_t n = 0;
+                std::vector<int32_t> c = code_rows(codes, s.model().talker.n_code_groups, &n);
+                std::vector<float> out;
+                {
+                    py::gil_scoped_release release;
+                    out = s.frame_embed(c, n);
+                }
+                return matrix(out, s.model().talker.n_embd());
+            },
+            py::arg("codes"), "The talker's input embedding of each frame of codes [n, groups].")
+        .def(
+            "speaker_embed",
+            [](Session & s, const FloatRows & mel) {
+                if (!s.model().speaker_encoder)
+                    throw Error("this model has no speaker encoder (voice cloning needs a Base model)");
+                const SpeakerEncoder & w = *s.model().speaker_encoder;
+                int n = 0;
+                std::vector<float> m = rows(mel, w.mel_dim, "mel", &n), out;
+                {
+                    py::gil_scoped_release release;
+                    out = speaker_embed(w, s.codec_runner("other"), m, n);
+                }
+                return samples(out);
+            },
+            py::arg("mel"), "The x-vector of a log-mel spectrogram [frames, mel_dim].")
+        .def(
+            "encode",
+            [](Session & s, const py::array_t<float, py::array::c_style | py::array::forcecast> & wav) {
+                if (wav.ndim() != 1) throw Error("encode takes 1-D float32 samples");
+                std::vector<float> x(wav.data(), wav.data() + wav.size());
+                std::vector<int32_t> c;
+                {
+                    py::gil_scoped_release release;
+                    c = encode(s.model().codec_encoder, s.codec_runner("other"), x);
+                }
+                const py::ssize_t g = s.model().codec_encoder.n_quantizers;
+                py::array_t<int32_t> out({static_cast<py::ssize_t>(c.size()) / g, g});
+                std::copy(c.begin(), c.end(), out.mutable_data());
+                return out;
+            },
+            py::arg("samples"), "Codes [ceil(n / hop), n_quantizers] of 24 kHz samples (the codec encoder).")
+        .def(
+            "talker_prefill",
+            [](Session & s, const FloatRows & embd, int n_ctx) {
+                int n = 0;
+                std::vector<float> e = rows(embd, s.model().talker.n_embd(), "embeddings", &n);
+                TalkerOutput out;
+                {
+                    py::gil_scoped_release release;
+                    out = s.talker_prefill(e, n, n_ctx);
+                }
+                return talker_output(out);
+            },
+            py::arg("embeddings"), py::arg("n_ctx") = 0,
+            "Debug: the talker over a prompt; (logits of the last position, its normed hidden state).")
+        .def(
+            "talker_step",
+            [](Session & s, const std::vector<int32_t> & codes, const FloatRows & text, int n_past) {
+                int n = 0;
+                std::vector<float> x = rows(text, s.model().talker.n_embd(), "text vector", &n);
+                if (n != 1) throw Error("talker_step: expected one text vector");
+                TalkerOutput out;
+                {
+                    py::gil_scoped_release release;
+                    out = s.talker_step(codes, x.data(), n_past);
+                }
+                return talker_output(out);
+            },
+            py::arg("codes"), py::arg("text"), py::arg("n_past"),
+            "Debug: one decode step after talker_prefill; (logits, normed hidden state).")
         .def("memory", &Session::memory, "Bytes held now: kv_cache, compute_buffers.")
         .def_property("device_sampling", &Session::device_sampling, &Session::set_device_sampling,
                       "Whether the code predictor samples inside its frame graph with stock ops (the default "

@@ -36,11 +36,11 @@ ggml_type quant_type(const std::string & name) {
 // src and dst by its `start` element itself).
 py::bytes quantize_rows(const FloatRows & a, const std::string & type_name, int n_threads) {
     const ggml_type type = quant_type(type_name);
-    if (a.ndim() != 2) throw Error(format("quantize: expected a 2-D array of rows, got %d dimensions", (int) a.ndim()));
+    if (a.ndim() != 2) throw Error(format("quantize: expected a 2-D array of rows, got %d dimensions", (int)a.ndim()));
     const int64_t nrows = a.shape(0), n_per_row = a.shape(1), blck = ggml_blck_size(type);
     if (n_per_row <= 0 || n_per_row % blck != 0) {
         throw Error(format("quantize: rows of %lld values are not a whole number of %s blocks (%lld)",
-                           (long long) n_per_row, ggml_type_name(type), (long long) blck));
+                           (long long)n_per_row, ggml_type_name(type), (long long)blck));
     }
     if (ggml_quantize_requires_imatrix(type)) {
         throw Error(format("quantize: %s needs an importance matrix", ggml_type_name(type)));
@@ -82,7 +82,8 @@ void bind_tools(py::module_ & m) {
                 py::gil_scoped_release release;
                 GgufFile f(path);  // the native parser: gguf-py takes seconds over a 151k vocabulary
                 for (const char * key : {kv::TOKENIZER_TOKENS, kv::TOKENIZER_TOKEN_TYPE, kv::TOKENIZER_MERGES}) {
-                    if (!f.has(key)) fail("%s: metadata key '%s' is missing (no tokenizer in this file)", path.c_str(), key);
+                    if (!f.has(key))
+                        fail("%s: metadata key '%s' is missing (no tokenizer in this file)", path.c_str(), key);
                 }
                 tokens = f.str_array(kv::TOKENIZER_TOKENS);
                 types = f.i32_array(kv::TOKENIZER_TOKEN_TYPE);
@@ -119,7 +120,7 @@ void bind_tools(py::module_ & m) {
         "Stream read bandwidth in GB/s: n_threads threads summing a buffer of `bytes`, best of `passes`.");
     m.def("ggml_version", []() { return std::string(ggml_version()); });
     m.def("quantize", &quantize_rows, py::arg("rows"), py::arg("type"), py::arg("n_threads") = 1,
-            "Quantize float32 rows [n, n_per_row] to q8_0, q4_k, q5_k or q6_k with ggml; the raw blocks.");
+          "Quantize float32 rows [n, n_per_row] to q8_0, q4_k, q5_k or q6_k with ggml; the raw blocks.");
     m.def("devices", []() {
         std::vector<py::dict> out;
         for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
@@ -140,8 +141,9 @@ void bind_tools(py::module_ & m) {
     m.def("cpu_features", []() {
         std::vector<std::string> out;
         ggml_backend_reg_t reg = ggml_backend_reg_by_name("CPU");
-        auto get = reg ? (ggml_backend_get_features_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features")
-                       : nullptr;
+        auto get =
+            reg ? (ggml_backend_get_features_t)ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features")
+                : nullptr;
         if (get) {
             for (ggml_backend_feature * f = get(reg); f && f->name; ++f) out.emplace_back(f->name);
         }

@@ -31,8 +31,10 @@ py::list push_many(Session & s, const py::list & items) {
             throw Error(format("decode_streams_push: item %zu is not a (stream, codes) pair", i));
         }
         py::sequence item = py::reinterpret_borrow<py::sequence>(h);
-        if (!py::isinstance<py::int_>(item[0])) throw Error(format("decode_streams_push: item %zu's stream is not an int", i));
-        if (!py::isinstance<py::array>(item[1])) throw Error(format("decode_streams_push: item %zu's codes are not an array", i));
+        if (!py::isinstance<py::int_>(item[0]))
+            throw Error(format("decode_streams_push: item %zu's stream is not an int", i));
+        if (!py::isinstance<py::array>(item[1]))
+            throw Error(format("decode_streams_push: item %zu's codes are not an array", i));
         int64_t n = 0;
         ids.push_back(item[0].cast<int>());
         codes.push_back(checked_codes(s, item[1].cast<py::array>(), &n));

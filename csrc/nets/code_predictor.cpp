@@ -104,8 +104,8 @@ ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, c
                                          const Talker & t, const KvCache & cache, int step, int64_t lanes,
                                          int64_t lane_stride) {
     ggml_tensor * code = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, lanes), kPredCode);
-    ggml_tensor * hidden = step == 0 ? input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), lanes), kPredHidden)
-                                     : nullptr;
+    ggml_tensor * hidden =
+        step == 0 ? input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), lanes), kPredHidden) : nullptr;
     return predictor_logits(ctx, gf, c, t, cache, step, lanes, lane_stride, code, hidden, nullptr, "pred");
 }
 
@@ -136,8 +136,8 @@ ggml_tensor * sample_on_device(ggml_context * ctx, ggml_tensor * logits, const S
     // the choice is the first token whose cumulative probability passes the target: the tokens
     // at or under it come before it (V minus those above); clamped for a target rounded to the total
     ggml_tensor * above = ggml_sum_rows(ctx, ggml_step(ctx, ggml_sub(ctx, cum, target)));
-    ggml_tensor * at = ggml_clamp(ctx, ggml_scale_bias(ctx, above, -1.0f, static_cast<float>(V)), 0.0f,
-                                  static_cast<float>(V - 1));
+    ggml_tensor * at =
+        ggml_clamp(ctx, ggml_scale_bias(ctx, above, -1.0f, static_cast<float>(V)), 0.0f, static_cast<float>(V - 1));
     return ggml_reshape_1d(ctx, ggml_cast(ctx, at, GGML_TYPE_I32), lanes);
 }
 
@@ -160,8 +160,8 @@ ggml_tensor * build_predictor_frame(ggml_context * ctx, ggml_cgraph * gf, const 
         ggml_tensor * logits = predictor_logits(ctx, gf, c, t, cache, step, lanes, lane_stride, code, io.hidden, pos,
                                                 format("pred.%d", step).c_str());
         if (device) {
-            ggml_tensor * u = io.uniform ? ggml_view_1d(ctx, io.uniform, lanes, step * lanes * io.uniform->nb[0])
-                                         : nullptr;
+            ggml_tensor * u =
+                io.uniform ? ggml_view_1d(ctx, io.uniform, lanes, step * lanes * io.uniform->nb[0]) : nullptr;
             code = sample_on_device(ctx, logits, *device, u);
         } else {
             code = ggml_custom_4d(ctx, GGML_TYPE_I32, 1, 1, 1, 1, &logits, 1, sample_op, 1, sampler);

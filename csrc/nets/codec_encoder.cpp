@@ -46,8 +46,8 @@ void load_codec_encoder(GgufFile & f, CodecEncoder & e) {
     e.ratios.assign(ups.rbegin(), ups.rend());
     const int64_t prod = product(e.ratios);
     if (prod <= 0 || e.hop_length % prod != 0) {
-        f.key_error(kv::ENC_HOP_LENGTH, format("= %d is not a multiple of the product of '%s'", e.hop_length,
-                                               kv::ENC_UPSAMPLING_RATIOS));
+        f.key_error(kv::ENC_HOP_LENGTH,
+                    format("= %d is not a multiple of the product of '%s'", e.hop_length, kv::ENC_UPSAMPLING_RATIOS));
     }
     e.down_stride = static_cast<int>(e.hop_length / prod);
     // SEANet: conv, then per ratio [residual, ELU, strided conv], then ELU and the last conv.
@@ -83,8 +83,7 @@ void load_codec_encoder(GgufFile & f, CodecEncoder & e) {
     e.acu_in = f.tensor(tn::ENC_ACU_IN, {h, cbd}, WeightKind::F32);
     e.sem_codebooks.push_back(f.tensor(format(tn::ENC_SEM_CODEBOOK, 0), {cbd, e.codebook_size}, WeightKind::F32));
     for (int g = 0; g + 1 < e.n_quantizers; ++g) {
-        e.acu_codebooks.push_back(
-            f.tensor(format(tn::ENC_ACU_CODEBOOK, g), {cbd, e.codebook_size}, WeightKind::F32));
+        e.acu_codebooks.push_back(f.tensor(format(tn::ENC_ACU_CODEBOOK, g), {cbd, e.codebook_size}, WeightKind::F32));
     }
 }
 
@@ -213,9 +212,7 @@ std::vector<int32_t> encode(const CodecEncoder & w, const CodecRunner & r, const
                 ConvStackBuilder b{ctx, graph, w, st, last, r.ops(ctx)};
                 return b.build(x);
             },
-            [&](ggml_cgraph * graph) {
-                set_input(graph, "ce.wav", samples.data() + a, n * sizeof(float));
-            });
+            [&](ggml_cgraph * graph) { set_input(graph, "ce.wav", samples.data() + a, n * sizeof(float)); });
         std::vector<float> part = read_output(gf);
         if (!last && static_cast<int64_t>(part.size()) != h * (n / sub)) fail("codec encoder: unexpected chunk output");
         emb.insert(emb.end(), part.begin(), part.end());
@@ -232,8 +229,8 @@ std::vector<int32_t> encode(const CodecEncoder & w, const CodecRunner & r, const
         [&](ggml_context * ctx, ggml_cgraph * graph) {
             ggml_tensor * e = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, h, T), "ce.emb");
             ggml_tensor * p = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T), "ce.pos");
-            ggml_tensor * pi = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, static_cast<int64_t>(pad_idx.size())),
-                                     "ce.pad_idx");
+            ggml_tensor * pi =
+                input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, static_cast<int64_t>(pad_idx.size())), "ce.pad_idx");
             QuantizerBuilder b{ctx, graph, w, r.ops(ctx)};
             return b.build(e, p, pi, n_out);
         },
@@ -246,7 +243,8 @@ std::vector<int32_t> encode(const CodecEncoder & w, const CodecRunner & r, const
     std::vector<int32_t> level(static_cast<size_t>(n_out));
     for (int64_t g = 0; g < G; ++g) {
         const std::string name = "ce.codes." + std::to_string(g);
-        ggml_backend_tensor_get(ggml_graph_get_tensor(gf, name.c_str()), level.data(), 0, level.size() * sizeof(int32_t));
+        ggml_backend_tensor_get(ggml_graph_get_tensor(gf, name.c_str()), level.data(), 0,
+                                level.size() * sizeof(int32_t));
         for (int64_t t = 0; t < n_out; ++t) codes[t * G + g] = level[t];
     }
     return codes;

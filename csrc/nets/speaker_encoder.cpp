@@ -9,8 +9,8 @@
 
 #include "runtime/codec_ops.h"
 #include "runtime/error.h"
-#include "runtime/graph.h"
 #include "runtime/gguf_file.h"
+#include "runtime/graph.h"
 #include "runtime/loader.h"
 #include "runtime/names.h"
 
@@ -148,7 +148,8 @@ struct SpeakerBuilder {
         const int64_t C = x->ne[0];
         ggml_tensor * stats = ggml_reshape_2d(ctx, ops.time_stats(x, nullptr), 2 * C, 1);
         ggml_tensor * col = linear(ctx, stats, w.asp_tdnn_stats, w.asp_tdnn_b);
-        ggml_tensor * a = ggml_tanh(ctx, ggml_relu(ctx, ggml_add(ctx, ops.conv(x, w.asp_tdnn, T, nullptr, nullptr), col)));
+        ggml_tensor * a =
+            ggml_tanh(ctx, ggml_relu(ctx, ggml_add(ctx, ops.conv(x, w.asp_tdnn, T, nullptr, nullptr), col)));
         a = named(ops.conv(a, w.asp_conv, T, w.asp_conv_b, nullptr), "se.asp_logits");
         ggml_tensor * pooled = named(ggml_reshape_2d(ctx, ops.time_stats(x, a), 2 * C, 1), "se.pooled");
         return named(linear(ctx, pooled, w.fc, w.fc_b), "se.xvector");
@@ -161,14 +162,16 @@ std::vector<float> speaker_embed(const SpeakerEncoder & w, const CodecRunner & r
                                  int64_t n_frames) {
     require_host_weights(w.conv0, !r.portable, "the speaker encoder");
     int max_pad = 0;
-    for (size_t i = 0; i < w.kernel_sizes.size(); ++i) max_pad = std::max(max_pad, (w.kernel_sizes[i] - 1) * w.dilations[i] / 2);
+    for (size_t i = 0; i < w.kernel_sizes.size(); ++i)
+        max_pad = std::max(max_pad, (w.kernel_sizes[i] - 1) * w.dilations[i] / 2);
     if (n_frames <= max_pad) {
         fail("speaker encoder: %lld mel frames are too few; the reflect padding needs more than %d (use a longer "
-             "reference clip)", static_cast<long long>(n_frames), max_pad);
+             "reference clip)",
+             static_cast<long long>(n_frames), max_pad);
     }
     if (static_cast<int64_t>(mel.size()) != n_frames * w.mel_dim) {
-        fail("speaker encoder: mel must have shape [frames, %d], got %zu values for %lld frames", w.mel_dim,
-             mel.size(), static_cast<long long>(n_frames));
+        fail("speaker encoder: mel must have shape [frames, %d], got %zu values for %lld frames", w.mel_dim, mel.size(),
+             static_cast<long long>(n_frames));
     }
     std::vector<int> pads;
     ggml_cgraph * gf = r.run(

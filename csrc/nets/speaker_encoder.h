@@ -32,7 +32,7 @@ struct SpeakerEncoder {
     // the attention TDNN reads [x; mean; std]: x through panels, the time-constant stats as a matrix
     ggml_tensor *mfa = nullptr, *mfa_b = nullptr;                 // c[4] -> c[4]
     ggml_tensor *asp_tdnn = nullptr, *asp_tdnn_b = nullptr;       // c[4] -> A
-    ggml_tensor *asp_tdnn_stats = nullptr;                        // [2 c[4], A]
+    ggml_tensor * asp_tdnn_stats = nullptr;                        // [2 c[4], A]
     ggml_tensor *asp_conv = nullptr, *asp_conv_b = nullptr;       // A -> c[4]
     ggml_tensor *fc = nullptr, *fc_b = nullptr;                   // [2 c[4], E]
 };

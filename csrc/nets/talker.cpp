@@ -20,8 +20,8 @@ void load_talker(GgufFile & f, Talker & t) {
     int pairs = 0;
     for (int x : t.mrope_section) pairs += x;
     if (pairs != hp.head_dim / 2) {
-        f.key_error(kv::TALKER_MROPE_SECTION, format("sums to %d, expected half the head dimension (%d)", pairs,
-                                                     hp.head_dim / 2));
+        f.key_error(kv::TALKER_MROPE_SECTION,
+                    format("sums to %d, expected half the head dimension (%d)", pairs, hp.head_dim / 2));
     }
     const int64_t d = hp.n_embd, te = t.text_embd;
     t.text_tok = f.tensor(tn::TALKER_TEXT_EMBD, {te, t.text_vocab}, WeightKind::TABLE);

@@ -45,8 +45,8 @@ void load_vocoder(GgufFile & f, Vocoder & c) {
     const int n_voc = static_cast<int>(c.upsample_rates.size());
     // each vocoder block halves the channels
     if (c.decoder_dim % (1 << n_voc) != 0) {
-        f.key_error(kv::DEC_DECODER_DIM, format("= %d is not divisible by 2^%d (one halving per upsample rate)",
-                                                c.decoder_dim, n_voc));
+        f.key_error(kv::DEC_DECODER_DIM,
+                    format("= %d is not divisible by 2^%d (one halving per upsample rate)", c.decoder_dim, n_voc));
     }
     const int64_t half = c.codebook_dim / 2, cd = c.codebook_dim, lat = c.latent_dim, h = c.tfm.hp.n_embd;
     for (int g = 0; g < c.n_quantizers; ++g) {

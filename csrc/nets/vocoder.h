@@ -49,7 +49,7 @@ struct Vocoder {
     ggml_tensor *rvq_first_out = nullptr, *rvq_rest_out = nullptr;  // [cd/2, cd]
     ggml_tensor *pre_conv = nullptr, *pre_conv_b = nullptr;        // cd -> L, kPreConvKernel taps
     ggml_tensor *tfm_in = nullptr, *tfm_in_b = nullptr;            // [L, H]
-    ggml_tensor *tfm_norm = nullptr;                               // [H]
+    ggml_tensor * tfm_norm = nullptr;                               // [H]
     ggml_tensor *tfm_out = nullptr, *tfm_out_b = nullptr;          // [H, L]
     struct Upsample {
         ggml_tensor *conv = nullptr, *conv_b = nullptr;      // L -> ratio * L, 1 tap (ConvTranspose)
@@ -57,7 +57,7 @@ struct Vocoder {
         ggml_tensor *norm = nullptr, *norm_b = nullptr;      // [L]
         ggml_tensor *pw1 = nullptr, *pw1_b = nullptr;        // L -> 4 L
         ggml_tensor *pw2 = nullptr, *pw2_b = nullptr;        // 4 L -> L
-        ggml_tensor *gamma = nullptr;                        // [L]
+        ggml_tensor * gamma = nullptr;                        // [L]
     };
     std::vector<Upsample> upsample;
     ggml_tensor *voc_in = nullptr, *voc_in_b = nullptr;  // L -> V, kVocKernel taps

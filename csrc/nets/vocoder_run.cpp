@@ -67,7 +67,8 @@ struct Builder {
     ggml_tensor * concat_all(std::vector<ggml_tensor *> parts) {
         while (parts.size() > 1) {
             std::vector<ggml_tensor *> next;
-            for (size_t i = 0; i + 1 < parts.size(); i += 2) next.push_back(ggml_concat(ctx, parts[i], parts[i + 1], 1));
+            for (size_t i = 0; i + 1 < parts.size(); i += 2)
+                next.push_back(ggml_concat(ctx, parts[i], parts[i + 1], 1));
             if (parts.size() % 2) next.push_back(parts.back());
             parts = std::move(next);
         }
@@ -113,7 +114,8 @@ struct Builder {
     }
 
     // A causal conv of kernel k (dilation inferred from the context) over the conv-stack lanes.
-    ggml_tensor * conv_left(ggml_tensor * x, ggml_tensor * panel, ggml_tensor * b, const std::vector<ggml_tensor *> & l) {
+    ggml_tensor * conv_left(ggml_tensor * x, ggml_tensor * panel, ggml_tensor * b,
+                            const std::vector<ggml_tensor *> & l) {
         ggml_tensor * xp = join(x, l, rows);
         const int64_t p = l[0]->ne[1];
         return gather(ops.conv(xp, panel, xp->ne[1] - p, b, nullptr), p, rows);
@@ -223,13 +225,15 @@ struct Builder {
         }
         ggml_tensor * codes = input(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n_all, w.n_quantizers), "cd.codes");
         ggml_tensor * xp = join(rvq(codes, n_all), pre, n);
-        ggml_tensor * x = named(gather(ops.conv(xp, w.pre_conv, xp->ne[1] - (kPreConvKernel - 1), w.pre_conv_b, nullptr),
-                                       kPreConvKernel - 1, n),
-                                "cd.pre_conv");
+        ggml_tensor * x =
+            named(gather(ops.conv(xp, w.pre_conv, xp->ne[1] - (kPreConvKernel - 1), w.pre_conv_b, nullptr),
+                         kPreConvKernel - 1, n),
+                  "cd.pre_conv");
         std::vector<ggml_tensor *> full;
         ggml_tensor * last = nullptr;
         for (size_t i = 0, at = 0; i < lanes.size(); at += lanes[i].n, ++i) {
-            ggml_tensor * xi = lanes.size() == 1 ? x : ggml_view_2d(ctx, x, x->ne[0], lanes[i].n, x->nb[1], at * x->nb[1]);
+            ggml_tensor * xi =
+                lanes.size() == 1 ? x : ggml_view_2d(ctx, x, x->ne[0], lanes[i].n, x->nb[1], at * x->nb[1]);
             last = transformer(xi, i);
             if (lanes[i].full) {
                 full.push_back(last);
@@ -250,7 +254,7 @@ struct Builder {
         // 1 output channel: ggml's mul_mat over overlapping rows beats a one-lane GEMM panel
         ggml_tensor * wav = ops.portable ? ops.conv(s, w.out_conv, L, nullptr, nullptr)
                                          : mul_mat(ctx, ggml_reshape_2d(ctx, w.out_conv, kVocKernel * C, 1),
-                                                        overlapping_rows(ctx, s, kVocKernel * C, L));
+                                                   overlapping_rows(ctx, s, kVocKernel * C, L));
         wav = gather(wav, kVocKernel - 1, rows);
         return named(ggml_clamp(ctx, ggml_add(ctx, wav, w.out_conv_b), -1.0f, 1.0f), "cd.wav");
     }
@@ -262,7 +266,8 @@ std::vector<float> run_lanes(const Vocoder & w, const CodecRunner & r, const std
                              const std::vector<std::string> & stages = {}, std::vector<CodecStage> * got = nullptr) {
     for (const Lane & ln : lanes) {
         if (round_up(ln.st->n_past + ln.n, kVocoderKeyPad) > ln.st->n_ctx) {
-            fail("codec decoder: segment of %lld frames exceeds its cache", static_cast<long long>(ln.st->n_past + ln.n));
+            fail("codec decoder: segment of %lld frames exceeds its cache",
+                 static_cast<long long>(ln.st->n_past + ln.n));
         }
     }
     std::vector<std::pair<std::string, std::vector<int32_t>>> index;
@@ -294,7 +299,8 @@ std::vector<float> run_lanes(const Vocoder & w, const CodecRunner & r, const std
                     for (int64_t q = 0; q < g; ++q) ids[q * n_all + at + t] = ln.codes[t * g + q];
                     const int64_t p = n_past + t;
                     pos[t] = static_cast<int32_t>(p);
-                    for (int64_t j = std::max<int64_t>(0, p - w.sliding_window + 1); j <= p; ++j) mask[t * n_kv + j] = 0.0f;
+                    for (int64_t j = std::max<int64_t>(0, p - w.sliding_window + 1); j <= p; ++j)
+                        mask[t * n_kv + j] = 0.0f;
                 }
                 set_input(graph, format("cd.pos%zu", i).c_str(), pos);
                 set_input(graph, format("cd.mask%zu", i).c_str(), mask);
@@ -383,7 +389,8 @@ void vocoder_push(const Vocoder & w, const CodecRunner & r, std::vector<VocoderP
     for (size_t i = 0; i < pushes.size(); ++i) {
         if (!pushes[i].stream || pushes[i].n < 0) fail("vocoder_push: push %zu has no stream or a negative count", i);
         for (size_t j = 0; j < i; ++j) {
-            if (pushes[j].stream == pushes[i].stream) fail("vocoder_push: pushes %zu and %zu name the same stream", j, i);
+            if (pushes[j].stream == pushes[i].stream)
+                fail("vocoder_push: pushes %zu and %zu name the same stream", j, i);
         }
     }
     std::vector<std::vector<Piece>> todo;

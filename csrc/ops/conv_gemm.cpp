@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "ops/conv_gemm_impl.h"
@@ -79,13 +79,18 @@ QTTS_AVX2 void tile_avx2_6x16(const Gemm & g, int64_t o) {
         const float * xk = g.x + k * dstep;
         for (int64_t c = 0; c < cin; ++c) {
             const __m256 w0 = _mm256_loadu_ps(wk + c * P), w1 = _mm256_loadu_ps(wk + c * P + 8);
-#define QTTS_ROW(i)                                                  \
-    {                                                                \
-        const __m256 xb = _mm256_broadcast_ss(xk + (i) * ldx + c);   \
-        a##i##0 = _mm256_fmadd_ps(w0, xb, a##i##0);                  \
-        a##i##1 = _mm256_fmadd_ps(w1, xb, a##i##1);                  \
+#define QTTS_ROW(i)                                                \
+    {                                                              \
+        const __m256 xb = _mm256_broadcast_ss(xk + (i) * ldx + c); \
+        a##i##0 = _mm256_fmadd_ps(w0, xb, a##i##0);                \
+        a##i##1 = _mm256_fmadd_ps(w1, xb, a##i##1);                \
     }
-            QTTS_ROW(0) QTTS_ROW(1) QTTS_ROW(2) QTTS_ROW(3) QTTS_ROW(4) QTTS_ROW(5)
+            QTTS_ROW(0)
+            QTTS_ROW(1)
+            QTTS_ROW(2)
+            QTTS_ROW(3)
+            QTTS_ROW(4)
+            QTTS_ROW(5)
 #undef QTTS_ROW
         }
     }
@@ -145,19 +150,29 @@ QTTS_AVX512 void tile_avx512(const Gemm & g, int64_t pstride, int64_t cstep) {
         for (int64_t c = 0; c < cin; ++c, xb0 += 4, xb1 += 4, xb2 += 4, xb3 += 4) {
             const __m512 v0 = _mm512_loadu_ps(w0 + c * cstep);
             const __m512 v1 = NP == 2 ? _mm512_loadu_ps(w1 + c * cstep) : v0;
-#define QTTS_ROW(i)                                                                                          \
-    if (MT > i) {                                                                                            \
-        const char * base = (i) < 3 ? xb0 : (i) < 6 ? xb1 : (i) < 9 ? xb2 : xb3;                             \
-        const __m512 xb = _mm512_set1_ps(*reinterpret_cast<const float *>(base + ((i) % 3) * row));          \
-        a##i##_0 = _mm512_fmadd_ps(v0, xb, a##i##_0);                                                        \
-        if (NP == 2) a##i##_1 = _mm512_fmadd_ps(v1, xb, a##i##_1);                                           \
+#define QTTS_ROW(i)                                                                                 \
+    if (MT > i) {                                                                                   \
+        const char * base = (i) < 3 ? xb0 : (i) < 6 ? xb1 : (i) < 9 ? xb2 : xb3;                    \
+        const __m512 xb = _mm512_set1_ps(*reinterpret_cast<const float *>(base + ((i) % 3) * row)); \
+        a##i##_0 = _mm512_fmadd_ps(v0, xb, a##i##_0);                                               \
+        if (NP == 2) a##i##_1 = _mm512_fmadd_ps(v1, xb, a##i##_1);                                  \
     }
-            QTTS_ROW(0) QTTS_ROW(1) QTTS_ROW(2) QTTS_ROW(3) QTTS_ROW(4) QTTS_ROW(5)
-            QTTS_ROW(6) QTTS_ROW(7) QTTS_ROW(8) QTTS_ROW(9) QTTS_ROW(10) QTTS_ROW(11)
+            QTTS_ROW(0)
+            QTTS_ROW(1)
+            QTTS_ROW(2)
+            QTTS_ROW(3)
+            QTTS_ROW(4)
+            QTTS_ROW(5)
+            QTTS_ROW(6)
+            QTTS_ROW(7)
+            QTTS_ROW(8)
+            QTTS_ROW(9)
+            QTTS_ROW(10)
+            QTTS_ROW(11)
 #undef QTTS_ROW
         }
     }
-    const __m512 acc[12][2] = {{a0_0, a0_1}, {a1_0, a1_1}, {a2_0, a2_1},   {a3_0, a3_1},   {a4_0, a4_1},   {a5_0, a5_1},
+    const __m512 acc[12][2] = {{a0_0, a0_1}, {a1_0, a1_1}, {a2_0, a2_1}, {a3_0, a3_1}, {a4_0, a4_1},   {a5_0, a5_1},
                                {a6_0, a6_1}, {a7_0, a7_1}, {a8_0, a8_1}, {a9_0, a9_1}, {a10_0, a10_1}, {a11_0, a11_1}};
     for (int i = 0; i < MT; ++i) {
         for (int v = 0; v < NP; ++v) {
@@ -227,7 +242,8 @@ void conv_gemm_avx512(ggml_tensor * dst, int ith, int nth) {
     int64_t packed = -1;  // the pair now in buf
     const int64_t i0 = items * ith / nth, i1 = items * (ith + 1) / nth;
     for (int64_t it = i0; it < i1; ++it) {
-        const int64_t q = it / chunks, p = 2 * q, t0 = (it % chunks) * kRowsPerItem, t1 = std::min(n, t0 + kRowsPerItem);
+        const int64_t q = it / chunks, p = 2 * q, t0 = (it % chunks) * kRowsPerItem,
+                      t1 = std::min(n, t0 + kRowsPerItem);
         const bool two = p + 1 < panels;
         const float * wp = static_cast<const float *>(w->data) + p * pstride;
         Gemm g;
@@ -241,7 +257,8 @@ void conv_gemm_avx512(ggml_tensor * dst, int ith, int nth) {
                 buf.resize(rows * np * P + kLineFloats);
                 float * dstw = aligned(buf.data());
                 for (int64_t r = 0; r < rows; ++r)
-                    for (int64_t v = 0; v < np; ++v) std::memcpy(dstw + (r * np + v) * P, wp + v * pstride + r * P, P * sizeof(float));
+                    for (int64_t v = 0; v < np; ++v)
+                        std::memcpy(dstw + (r * np + v) * P, wp + v * pstride + r * P, P * sizeof(float));
                 packed = q;
             }
             g.w = aligned(buf.data());
@@ -261,8 +278,10 @@ void conv_gemm_avx512(ggml_tensor * dst, int ith, int nth) {
             g.res = res ? static_cast<const float *>(res->data) + t * g.ldr + p * P : nullptr;
             g.y = static_cast<float *>(dst->data) + t * g.ldy + p * P;
             const int64_t mt = std::min<int64_t>(12, t1 - t);
-            if (two) tile_rows_avx512<2>(g, ps, cs, mt);
-            else tile_rows_avx512<1>(g, ps, cs, mt);
+            if (two)
+                tile_rows_avx512<2>(g, ps, cs, mt);
+            else
+                tile_rows_avx512<1>(g, ps, cs, mt);
         }
     }
 }
@@ -304,15 +323,15 @@ void conv_gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
 ggml_tensor * conv_gemm(ggml_context * ctx, ggml_tensor * xp, ggml_tensor * w, int64_t n, ggml_tensor * b,
                         ggml_tensor * res) {
     const int64_t N = w->ne[0] * w->ne[3], K = w->ne[2], pad = xp->ne[1] - n;
-    if (!rows_contiguous(xp) || !ggml_is_contiguous(w) || w->type != GGML_TYPE_F32 || xp->ne[0] != w->ne[1] ||
-        n < 1 || pad < 0 || (K == 1 ? pad != 0 : pad % (K - 1) != 0) || (b && (b->ne[0] != N || !ggml_is_contiguous(b))) ||
+    if (!rows_contiguous(xp) || !ggml_is_contiguous(w) || w->type != GGML_TYPE_F32 || xp->ne[0] != w->ne[1] || n < 1 ||
+        pad < 0 || (K == 1 ? pad != 0 : pad % (K - 1) != 0) || (b && (b->ne[0] != N || !ggml_is_contiguous(b))) ||
         (res && (res->ne[0] != N || res->ne[1] != n || !rows_contiguous(res)))) {
         fail("conv_gemm: inconsistent operands");
     }
     // a missing bias keeps its slot so that a residual is always src[3]
     ggml_tensor * args[4] = {xp, w, b, res};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, N, n, 1, 1, args, res ? 4 : (b ? 3 : 2), conv_gemm_op,
-                          GGML_N_TASKS_MAX, nullptr);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, N, n, 1, 1, args, res ? 4 : (b ? 3 : 2), conv_gemm_op, GGML_N_TASKS_MAX,
+                          nullptr);
 }
 
 }  // namespace qtts

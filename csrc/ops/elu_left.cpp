@@ -37,8 +37,8 @@ QTTS_AVX2 void elu_row_avx2(const float * x, float * y, int64_t n) {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
         p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r);
-        const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k),
-                                                                                 _mm256_set1_epi32(127)), 23));
+        const __m256 s =
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23));
         const __m256 em1 = _mm256_fmadd_ps(s, p, _mm256_sub_ps(s, one));
         _mm256_storeu_ps(y + c, _mm256_blendv_ps(em1, xv, _mm256_cmp_ps(xv, zero, _CMP_GT_OQ)));
     }

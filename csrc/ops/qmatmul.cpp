@@ -318,8 +318,9 @@ void qmatmul_op(ggml_tensor * dst, int ith, int nth, void *) {
         const auto * col = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + m * x->nb[1]);
         quantize_column(f, c.kernel, col, K, xq + m * xcol);
     }
-    const Task t{static_cast<const uint8_t *>(w->data), w->nb[1], K, xq, xcol, static_cast<float *>(dst->data),
-                 static_cast<int64_t>(dst->nb[1] / sizeof(float))};
+    const Task t{
+        static_cast<const uint8_t *>(w->data),           w->nb[1], K, xq, xcol, static_cast<float *>(dst->data),
+        static_cast<int64_t>(dst->nb[1] / sizeof(float))};
     for (int64_t m0 = 0; m0 < M; m0 += kColumnGroup) c.fn(t, n0, n1, m0, std::min(M, m0 + kColumnGroup));
 }
 
@@ -366,8 +367,9 @@ bool qmatmul_packs_q8_0() {
 
 bool qmatmul_packs(const ggml_tensor * w) {
 #ifdef QTTS_QMM_X86
-    return w->type == GGML_TYPE_Q8_0 && cpu_has_vnni() && w->data && w->buffer && ggml_backend_buffer_is_host(w->buffer) &&
-           ggml_is_contiguous(w) && w->ne[2] == 1 && w->ne[3] == 1 && w->ne[0] % 32 == 0 && !w->extra;
+    return w->type == GGML_TYPE_Q8_0 && cpu_has_vnni() && w->data && w->buffer &&
+           ggml_backend_buffer_is_host(w->buffer) && ggml_is_contiguous(w) && w->ne[2] == 1 && w->ne[3] == 1 &&
+           w->ne[0] % 32 == 0 && !w->extra;
 #else
     (void)w;
     return false;
@@ -393,7 +395,8 @@ bool qmatmul_vectorized(ggml_type type) {
 
 ggml_tensor * qmatmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
     Format f;
-    if (!format_of(w->type, f)) fail("qmatmul: weight '%s' is %s, not Q8_0, Q4_K or Q6_K", w->name, ggml_type_name(w->type));
+    if (!format_of(w->type, f))
+        fail("qmatmul: weight '%s' is %s, not Q8_0, Q4_K or Q6_K", w->name, ggml_type_name(w->type));
     const int64_t block = f == Format::q8_0 ? 32 : 256;
     if (!ggml_is_contiguous(w) || w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] % block != 0) {
         fail("qmatmul: weight '%s' must be a contiguous matrix of whole %lld-value blocks per row", w->name,

@@ -35,12 +35,24 @@ void columns(const Task & t, int64_t n, int64_t m0, int64_t m1) {
     int64_t m = m0;
     for (; m + CMAX <= m1; m += CMAX) Tile<R, CMAX>::run(t, n, m);
     switch (m1 - m) {
-        case 7: if constexpr (CMAX > 7) Tile<R, 7>::run(t, n, m); break;
-        case 6: if constexpr (CMAX > 6) Tile<R, 6>::run(t, n, m); break;
-        case 5: if constexpr (CMAX > 5) Tile<R, 5>::run(t, n, m); break;
-        case 4: if constexpr (CMAX > 4) Tile<R, 4>::run(t, n, m); break;
-        case 3: if constexpr (CMAX > 3) Tile<R, 3>::run(t, n, m); break;
-        case 2: if constexpr (CMAX > 2) Tile<R, 2>::run(t, n, m); break;
+        case 7:
+            if constexpr (CMAX > 7) Tile<R, 7>::run(t, n, m);
+            break;
+        case 6:
+            if constexpr (CMAX > 6) Tile<R, 6>::run(t, n, m);
+            break;
+        case 5:
+            if constexpr (CMAX > 5) Tile<R, 5>::run(t, n, m);
+            break;
+        case 4:
+            if constexpr (CMAX > 4) Tile<R, 4>::run(t, n, m);
+            break;
+        case 3:
+            if constexpr (CMAX > 3) Tile<R, 3>::run(t, n, m);
+            break;
+        case 2:
+            if constexpr (CMAX > 2) Tile<R, 2>::run(t, n, m);
+            break;
         case 1: Tile<R, 1>::run(t, n, m); break;
         default: break;
     }
@@ -170,12 +182,14 @@ QTTS_QMM_VNNI inline void load_transposed(const uint8_t * blocks, __m512i v[8], 
     for (int h = 0; h < 2; ++h) {
         const __m512i ib = _mm512_load_si512(kTranspose.b[h]);
         for (int g2 = 0; g2 < 2; ++g2)
-            for (int i1 = 0; i1 < 2; ++i1) b[4 * g2 + 2 * h + i1] = _mm512_permutex2var_epi32(a[4 * g2 + i1], ib, a[4 * g2 + 2 + i1]);
+            for (int i1 = 0; i1 < 2; ++i1)
+                b[4 * g2 + 2 * h + i1] = _mm512_permutex2var_epi32(a[4 * g2 + i1], ib, a[4 * g2 + 2 + i1]);
     }
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int h = 0; h < 2; ++h) {
         const __m512i ic = _mm512_load_si512(kTranspose.c[h]);
-        for (int k = 0; k < 4; ++k) v[2 * k + h] = _mm512_xor_si512(_mm512_permutex2var_epi32(b[2 * k], ic, b[2 * k + 1]), flip);
+        for (int k = 0; k < 4; ++k)
+            v[2 * k + h] = _mm512_xor_si512(_mm512_permutex2var_epi32(b[2 * k], ic, b[2 * k + 1]), flip);
     }
     // the scales through the integer registers, idle here (a vector gather is far slower)
     uint64_t h[4];
@@ -262,7 +276,8 @@ template <int R, int C> struct Q8VnniPacked {
                 } else {
                     const __mmask64 bytes = _cvtu64_mask64((uint64_t{1} << (4 * G)) - 1);
                     for (int g = 0; g < 8; ++g) v[r][g] = _mm512_maskz_loadu_epi8(bytes, src + 4 * G * g);
-                    sw[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << G) - 1), src + 32 * G));
+                    sw[r] =
+                        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << G) - 1), src + 32 * G));
                 }
             }
             for (int c = 0; c < C; ++c) {
@@ -360,7 +375,8 @@ template <int R, int C> struct Q4kVnni {
                 _mm_store_ps(dmx, _mm_mul_ps(dm, _mm_set1_ps(xd[c][j])));
                 __asm__("" : "+m"(dmx));
                 acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(dmx[0]), acc[c]);
-                const __m128i mm = _mm_madd_epi16(mins, _mm_loadu_si128(reinterpret_cast<const __m128i *>(xs[c] + 16 * j)));
+                const __m128i mm =
+                    _mm_madd_epi16(mins, _mm_loadu_si128(reinterpret_cast<const __m128i *>(xs[c] + 16 * j)));
                 accm[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(mm), _mm_set1_ps(dmx[1]), accm[c]);
             }
         }
@@ -408,7 +424,8 @@ template <int R, int C> struct Q6kVnni {
                 const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
                 const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b.qh + 32 * h));
                 const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
-                q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_sllv_epi16(qh2, shl), bits45));
+                q[2 * h] =
+                    _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_sllv_epi16(qh2, shl), bits45));
                 q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
                                                _mm512_and_si512(_mm512_srlv_epi16(qh2, shr), bits45));
             }
@@ -416,7 +433,8 @@ template <int R, int C> struct Q6kVnni {
             const float d = _cvtsh_ss(b.d);
             for (int c = 0; c < C; ++c) {
                 const int8_t * x = xq[c] + 256 * j;
-                const __m512i sums = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[c] + 16 * j)));
+                const __m512i sums =
+                    _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xs[c] + 16 * j)));
                 __m512i sum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), corr, sums);
                 for (int k = 0; k < 4; ++k) {
                     const __m512i p = _mm512_maddubs_epi16(q[k], _mm512_load_si512(x + 64 * k));
@@ -444,7 +462,8 @@ QTTS_QMM_VNNI inline __m512 sum16(const __m512 v[16]) {
                              _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD));  // rows 4k..4k+3: a quarter each
     }
     for (int k = 0; k < 2; ++k) {
-        c[k] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0x88), _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0xDD));
+        c[k] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0x88),
+                             _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], 0xDD));
     }
     const __m512 d = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
     // lane 4q + s now holds row q + 4s
@@ -477,12 +496,24 @@ void rows16(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
         int64_t m = m0;
         for (; m + CMAX <= m1; m += CMAX) rows_of_16<CMAX, Tile>(t, n, rows, m);
         switch (m1 - m) {
-            case 7: if constexpr (CMAX > 7) rows_of_16<7, Tile>(t, n, rows, m); break;
-            case 6: if constexpr (CMAX > 6) rows_of_16<6, Tile>(t, n, rows, m); break;
-            case 5: if constexpr (CMAX > 5) rows_of_16<5, Tile>(t, n, rows, m); break;
-            case 4: if constexpr (CMAX > 4) rows_of_16<4, Tile>(t, n, rows, m); break;
-            case 3: if constexpr (CMAX > 3) rows_of_16<3, Tile>(t, n, rows, m); break;
-            case 2: if constexpr (CMAX > 2) rows_of_16<2, Tile>(t, n, rows, m); break;
+            case 7:
+                if constexpr (CMAX > 7) rows_of_16<7, Tile>(t, n, rows, m);
+                break;
+            case 6:
+                if constexpr (CMAX > 6) rows_of_16<6, Tile>(t, n, rows, m);
+                break;
+            case 5:
+                if constexpr (CMAX > 5) rows_of_16<5, Tile>(t, n, rows, m);
+                break;
+            case 4:
+                if constexpr (CMAX > 4) rows_of_16<4, Tile>(t, n, rows, m);
+                break;
+            case 3:
+                if constexpr (CMAX > 3) rows_of_16<3, Tile>(t, n, rows, m);
+                break;
+            case 2:
+                if constexpr (CMAX > 2) rows_of_16<2, Tile>(t, n, rows, m);
+                break;
             case 1: rows_of_16<1, Tile>(t, n, rows, m); break;
             default: break;
         }
@@ -520,13 +551,21 @@ QTTS_QMM_VNNI float quantize_block_avx512(const float * x, int n, int8_t * q, in
     return d;
 }
 
-void q8_0_avx2(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<2, 2, Q8Avx2>(t, n0, n1, m0, m1); }
-void q8_0_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { tiles<1, 8, Q8Vnni>(t, n0, n1, m0, m1); }
+void q8_0_avx2(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    tiles<2, 2, Q8Avx2>(t, n0, n1, m0, m1);
+}
+void q8_0_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    tiles<1, 8, Q8Vnni>(t, n0, n1, m0, m1);
+}
 void q8_0_packed_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
     tiles<1, 8, Q8VnniPacked>(t, n0, n1, m0, m1);
 }
-void q4_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { rows16<4, Q4kVnni>(t, n0, n1, m0, m1); }
-void q6_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) { rows16<4, Q6kVnni>(t, n0, n1, m0, m1); }
+void q4_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    rows16<4, Q4kVnni>(t, n0, n1, m0, m1);
+}
+void q6_k_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    rows16<4, Q6kVnni>(t, n0, n1, m0, m1);
+}
 
 }  // namespace qtts::qmm
 

@@ -19,7 +19,7 @@ inline float sin2(float z) {
     const float j = std::nearbyint(z * kTwoOverPi);
     const float r = ((z - j * kPio2A) - j * kPio2B) - j * kPio2C, r2 = r * r;
     const float v = (static_cast<long>(j) & 1) ? 1.0f - 0.5f * r2 + r2 * r2 * (kC1 + r2 * (kC2 + r2 * kC3))
-                                                 : r + r * r2 * (kS1 + r2 * (kS2 + r2 * kS3));
+                                               : r + r * r2 * (kS1 + r2 * (kS2 + r2 * kS3));
     return v * v;
 }
 
@@ -120,8 +120,8 @@ ggml_tensor * snake_beta(ggml_context * ctx, ggml_tensor * x, ggml_tensor * exp_
         fail("snake_beta: inconsistent operands");
     }
     ggml_tensor * args[4] = {x, exp_alpha, inv_beta, left};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, C, P + x->ne[1], 1, 1, args, left ? 4 : 3, snake_op,
-                          GGML_N_TASKS_MAX, nullptr);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, C, P + x->ne[1], 1, 1, args, left ? 4 : 3, snake_op, GGML_N_TASKS_MAX,
+                          nullptr);
 }
 
 }  // namespace qtts

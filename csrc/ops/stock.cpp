@@ -64,8 +64,8 @@ ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b
         ggml_mul_mat_set_prec(y, GGML_PREC_F32);
         return y;
     }
-    ggml_tensor * bp = ggml_pad(ctx, ggml_is_contiguous(b) ? b : ggml_cont(ctx, b), 0,
-                                static_cast<int>(kFirstCublasWidth - n), 0, 0);
+    ggml_tensor * bp =
+        ggml_pad(ctx, ggml_is_contiguous(b) ? b : ggml_cont(ctx, b), 0, static_cast<int>(kFirstCublasWidth - n), 0, 0);
     ggml_tensor * y = ggml_mul_mat(ctx, a, bp);
     ggml_mul_mat_set_prec(y, GGML_PREC_F32);
     y = ggml_view_4d(ctx, y, y->ne[0], n, y->ne[2], y->ne[3], y->nb[1], y->nb[2], y->nb[3], 0);
@@ -89,8 +89,9 @@ ggml_tensor * stock_conv(ggml_context * ctx, ggml_tensor * xp, ggml_tensor * w, 
     // mul_mat reads each tap's rows as one dense block
     if (!ggml_is_contiguous(x)) x = ggml_cont(ctx, x);
     if (g > 1) {
-        if (x->ne[1] % g != 0) fail("stock_conv: %lld input rows are not a multiple of the stride %lld",
-                                    static_cast<long long>(x->ne[1]), static_cast<long long>(g));
+        if (x->ne[1] % g != 0)
+            fail("stock_conv: %lld input rows are not a multiple of the stride %lld", static_cast<long long>(x->ne[1]),
+                 static_cast<long long>(g));
         x = ggml_reshape_2d(ctx, x, gc, x->ne[1] / g);
     }
     const int64_t rows = x->ne[1], span = rows - n;

@@ -55,8 +55,8 @@ ggml_tensor * time_stats(ggml_context * ctx, ggml_tensor * x, ggml_tensor * logi
         fail("time_stats: inconsistent operands");
     }
     ggml_tensor * args[2] = {x, logits};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], 2, 1, 1, args, logits ? 2 : 1, time_stats_op,
-                          GGML_N_TASKS_MAX, nullptr);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], 2, 1, 1, args, logits ? 2 : 1, time_stats_op, GGML_N_TASKS_MAX,
+                          nullptr);
 }
 
 }  // namespace qtts

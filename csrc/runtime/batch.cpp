@@ -23,9 +23,7 @@ int64_t positions_used(const GenerationState & g) { return g.n_prompt + g.total.
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 constexpr int kMaxBatch = 256;
 // Lanes are added this many at a time, so that a growing batch reallocates its cache rarely.
@@ -143,8 +141,8 @@ void Batch::reserve(int lanes, int64_t lane_len) {
     const Model & m = session_.model();
     const TransformerHParams & hp = m.talker.tfm.hp;
     const int64_t positions = lanes * lane_len, bytes = positions * position_bytes(hp);
-    const std::string what = format("the batch's talker KV cache (%d slots of %lld positions)", lanes,
-                                    static_cast<long long>(lane_len));
+    const std::string what =
+        format("the batch's talker KV cache (%d slots of %lld positions)", lanes, static_cast<long long>(lane_len));
     if (positions > std::numeric_limits<int>::max()) {
         fail("%s needs %lld bytes, more than one cache holds", what.c_str(), static_cast<long long>(bytes));
     }
@@ -287,8 +285,8 @@ void Batch::talker_step(const std::vector<Slot *> & stepping) {
     Step & r = step_;
     if (r.stale(cache) || r.lanes != lanes || r.lane_len != lane_len_ || r.window != window) {
         session_.build_replay(r, cache, "batched talker step's", [&](ggml_context * ctx, ggml_cgraph * g) {
-            ggml_tensor * out = build_talker_step_lanes(ctx, g, m.talker, m.code_predictor, cache, lanes, lane_len_,
-                                                        window);
+            ggml_tensor * out =
+                build_talker_step_lanes(ctx, g, m.talker, m.code_predictor, cache, lanes, lane_len_, window);
             ggml_set_output(out);
             ggml_build_forward_expand(g, out);
         });
@@ -369,8 +367,7 @@ bool Batch::predict_frame(const std::vector<Slot *> & s) {
     const SamplingParams & p = s.front()->g.p.subtalker;
     auto same = [&p](const Slot * x) {
         const SamplingParams & q = x->g.p.subtalker;
-        return q.do_sample == p.do_sample && q.temperature == p.temperature && q.top_k == p.top_k &&
-               q.top_p == p.top_p;
+        return q.do_sample == p.do_sample && q.temperature == p.temperature && q.top_k == p.top_k && q.top_p == p.top_p;
     };
     if (!session_.device_sampling_ || !device_samples(p) || !std::all_of(s.begin(), s.end(), same)) return false;
     const Model & m = session_.model();

@@ -23,8 +23,9 @@ void ConvWeights::build(const std::vector<PanelConv> & convs, ggml_backend_dev_t
     for (const PanelConv & c : convs) {
         const ggml_tensor * p = c.panel;
         const int64_t cin = p->ne[1], k = p->ne[2], n = p->ne[0] * p->ne[3], g = c.stride;
-        if (g < 1 || k % g != 0) fail("portable weights: '%s' has kernel %lld, not a multiple of its stride %lld",
-                                      p->name, static_cast<long long>(k), static_cast<long long>(g));
+        if (g < 1 || k % g != 0)
+            fail("portable weights: '%s' has kernel %lld, not a multiple of its stride %lld", p->name,
+                 static_cast<long long>(k), static_cast<long long>(g));
         ggml_tensor * t = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, g * cin, n, k / g);
         ggml_set_name(t, p->name);
         copies_[p] = t;

@@ -18,9 +18,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 std::vector<int32_t> positions(int n_past, int n) {
     std::vector<int32_t> pos(n);
@@ -57,9 +55,8 @@ TalkerOutput Session::talker_prefill(KvCache & cache, const std::vector<float> &
     for (int n_past = 0; n_past < n; n_past += prefill_chunk_) {
         const int c = std::min(prefill_chunk_, n - n_past);
         const std::vector<int32_t> pos = positions(n_past, c);
-        gf = run([&](ggml_context * ctx, ggml_cgraph * g) {
-                     return build_talker_prefill(ctx, g, t, cache, n_past, c, first);
-                 },
+        gf = run([&](ggml_context * ctx,
+                     ggml_cgraph * g) { return build_talker_prefill(ctx, g, t, cache, n_past, c, first); },
                  [&](ggml_cgraph * g) {
                      set_input(g, kTalkerEmbd, embd.data() + n_past * d, c * d * sizeof(float));
                      set_input(g, kTalkerPos, pos);
@@ -115,8 +112,8 @@ TalkerOutput Session::talker_step(const std::vector<int32_t> & codes, const floa
     Replay & r = window_steps_[window];
     if (r.stale(talker_cache_)) {
         build_replay(r, talker_cache_, "talker step", [&](ggml_context * ctx, ggml_cgraph * gf) {
-            ggml_tensor * out = build_talker_step_lanes(ctx, gf, t, model_->code_predictor, talker_cache_, 1, n_ctx,
-                                                        window);
+            ggml_tensor * out =
+                build_talker_step_lanes(ctx, gf, t, model_->code_predictor, talker_cache_, 1, n_ctx, window);
             ggml_set_output(out);
             ggml_build_forward_expand(gf, out);
         });
@@ -172,8 +169,8 @@ void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32
 
 void Session::build_frame_graph(bool device, const SamplingParams & p) {
     build_replay(frame_, pred_cache_, "code predictor's", [&](ggml_context * ctx, ggml_cgraph * gf) {
-        build_predictor_frame(ctx, gf, model_->code_predictor, model_->talker, pred_cache_, &frame_.sampler,
-                              frame_.io, device ? &p : nullptr);
+        build_predictor_frame(ctx, gf, model_->code_predictor, model_->talker, pred_cache_, &frame_.sampler, frame_.io,
+                              device ? &p : nullptr);
     });
     frame_.on_device = device;
     frame_.params = p;

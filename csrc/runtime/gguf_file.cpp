@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/error.h"
-#include "runtime/host_memory.h"
 #include "ggml-alloc.h"
 #include "ggml-cpu.h"
+#include "runtime/error.h"
+#include "runtime/host_memory.h"
 
 #if defined(_WIN32)
 #ifndef NOMINMAX
@@ -133,7 +133,8 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
         fail("%s: is a directory, not a GGUF file (convert a Hugging Face checkpoint with "
-             "`qtts-cli convert %s -o model.gguf`)", path.c_str(), path.c_str());
+             "`qtts-cli convert %s -o model.gguf`)",
+             path.c_str(), path.c_str());
     }
     FILE * f = std::fopen(path.c_str(), "rb");
     if (!f) fail("%s: cannot open: %s", path.c_str(), std::strerror(errno));
@@ -145,7 +146,7 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
     file_size_ = size > 0 ? static_cast<uint64_t>(size) : 0;
     if (got != 4) {
         fail("%s: not a GGUF file (%s)", path.c_str(),
-             file_size_ == 0 ? "the file is empty" : format("only %llu bytes", (unsigned long long) file_size_).c_str());
+             file_size_ == 0 ? "the file is empty" : format("only %llu bytes", (unsigned long long)file_size_).c_str());
     }
     if (std::memcmp(magic, "GGUF", 4) != 0) fail("%s: not a GGUF file (bad magic)", path.c_str());
     install_ggml_log();
@@ -287,8 +288,7 @@ std::vector<int> GgufFile::counts(const char * key, size_t n_lo, size_t n_hi, in
 
 static bool type_allowed(ggml_type t, WeightKind kind) {
     switch (kind) {
-        case WeightKind::F32:
-            return t == GGML_TYPE_F32;
+        case WeightKind::F32: return t == GGML_TYPE_F32;
         case WeightKind::MATMUL:
         case WeightKind::TABLE:
             if (t == GGML_TYPE_F32 || t == GGML_TYPE_BF16) return true;
@@ -322,8 +322,7 @@ ggml_tensor * GgufFile::tensor(const std::string & name, std::initializer_list<i
         } else if (kind == WeightKind::F32) {
             hint = " (this tensor must be F32)";
         }
-        fail("%s: tensor '%s' has unsupported type %s%s", path_.c_str(), name.c_str(), ggml_type_name(t->type),
-             hint);
+        fail("%s: tensor '%s' has unsupported type %s%s", path_.c_str(), name.c_str(), ggml_type_name(t->type), hint);
     }
     requested_.insert(name);
     return t;
@@ -406,7 +405,8 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
 
     // everything not placed yet goes to the device
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(meta_, ggml_backend_dev_buffer_type(dev));
-    if (!buf) engine_fail(log, "%s: out of device memory for the weights on %s", path_.c_str(), ggml_backend_dev_name(dev));
+    if (!buf)
+        engine_fail(log, "%s: out of device memory for the weights on %s", path_.c_str(), ggml_backend_dev_name(dev));
     ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     bufs.push_back(buf);
     FILE * f = std::fopen(path_.c_str(), "rb");

@@ -41,9 +41,8 @@ ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
     // the quantized matmul reads host memory only; shapes it does not take (batched 3-D
     // activations, strided columns) stay with ggml
     if (matmul_path() == MatmulPath::native && qmatmul_vectorized(w->type) && w->buffer &&
-        ggml_backend_buffer_is_host(w->buffer) && ggml_is_contiguous(w) && x->type == GGML_TYPE_F32 &&
-        x->ne[2] == 1 && x->ne[3] == 1 && x->nb[0] == sizeof(float) && x->ne[0] == w->ne[0] &&
-        w->ne[0] % ggml_blck_size(w->type) == 0) {
+        ggml_backend_buffer_is_host(w->buffer) && ggml_is_contiguous(w) && x->type == GGML_TYPE_F32 && x->ne[2] == 1 &&
+        x->ne[3] == 1 && x->nb[0] == sizeof(float) && x->ne[0] == w->ne[0] && w->ne[0] % ggml_blck_size(w->type) == 0) {
         return qmatmul(ctx, w, x);
     }
     return mul_mat(ctx, w, x);

@@ -41,7 +41,8 @@ HugePageBuffer::HugePageBuffer(size_t bytes) {
     if (map_ == MAP_FAILED) {
         map_ = nullptr;
         const GgmlErrorCapture none;
-        engine_fail(none, "could not reserve %zu MiB of host memory for the weights: %s", bytes >> 20, std::strerror(errno));
+        engine_fail(none, "could not reserve %zu MiB of host memory for the weights: %s", bytes >> 20,
+                    std::strerror(errno));
     }
     const auto base = reinterpret_cast<uintptr_t>(map_);
     data_ = reinterpret_cast<uint8_t *>((base + kHugePage - 1) / kHugePage * kHugePage);

@@ -38,8 +38,8 @@ void check_tokenizer(const GgufFile & f, int text_vocab) {
     if (!f.has(kv::TOKENIZER_TOKENS)) return;
     const std::vector<std::string> tokens = f.str_array(kv::TOKENIZER_TOKENS);
     if (tokens.empty() || tokens.size() > static_cast<size_t>(text_vocab)) {
-        f.key_error(kv::TOKENIZER_TOKENS, format("has %zu tokens, expected 1 to the text vocabulary size %d",
-                                                 tokens.size(), text_vocab));
+        f.key_error(kv::TOKENIZER_TOKENS,
+                    format("has %zu tokens, expected 1 to the text vocabulary size %d", tokens.size(), text_vocab));
     }
     std::vector<int32_t> types(tokens.size(), 1);
     if (f.has(kv::TOKENIZER_TOKEN_TYPE)) {
@@ -94,8 +94,9 @@ void read_metadata(const GgufFile & f, ModelMetadata & m) {
     auto id = [&](const char * key) { return unchecked(f, key); };
     m.text_ids = {id(kv::TEXT_IM_START_ID), id(kv::TEXT_IM_END_ID), id(kv::TEXT_PAD_ID), id(kv::TEXT_BOS_ID),
                   id(kv::TEXT_EOS_ID)};
-    m.codec_ids = {id(kv::CODEC_PAD_ID), id(kv::CODEC_BOS_ID), id(kv::CODEC_EOS_ID), id(kv::CODEC_THINK_ID),
-                   id(kv::CODEC_NOTHINK_ID), id(kv::CODEC_THINK_BOS_ID), id(kv::CODEC_THINK_EOS_ID)};
+    m.codec_ids = {id(kv::CODEC_PAD_ID),      id(kv::CODEC_BOS_ID),     id(kv::CODEC_EOS_ID),
+                   id(kv::CODEC_THINK_ID),    id(kv::CODEC_NOTHINK_ID), id(kv::CODEC_THINK_BOS_ID),
+                   id(kv::CODEC_THINK_EOS_ID)};
     GenerationDefaults & g = m.gen;
     g.talker.do_sample = f.boolean(kv::GEN_DO_SAMPLE);
     g.talker.temperature = f.real(kv::GEN_TEMPERATURE, kMinScale, 100.0f, /*closed=*/true);
@@ -111,8 +112,8 @@ void read_metadata(const GgufFile & f, ModelMetadata & m) {
     const std::vector<std::string> lang_names = f.str_array(kv::LANGUAGE_NAMES);
     const std::vector<int32_t> lang_ids = f.i32_array(kv::LANGUAGE_IDS);
     if (lang_names.size() != lang_ids.size()) {
-        f.key_error(kv::LANGUAGE_IDS, format("has %zu elements, '%s' %zu", lang_ids.size(), kv::LANGUAGE_NAMES,
-                                             lang_names.size()));
+        f.key_error(kv::LANGUAGE_IDS,
+                    format("has %zu elements, '%s' %zu", lang_ids.size(), kv::LANGUAGE_NAMES, lang_names.size()));
     }
     for (size_t i = 0; i < lang_names.size(); ++i) m.languages[lang_names[i]] = lang_ids[i];
     if (f.has(kv::SPEAKER_NAMES)) {
@@ -120,8 +121,9 @@ void read_metadata(const GgufFile & f, ModelMetadata & m) {
         const std::vector<std::string> dialects = f.str_array(kv::SPEAKER_DIALECTS);
         const std::vector<int32_t> ids = f.i32_array(kv::SPEAKER_IDS);
         if (names.size() != ids.size() || names.size() != dialects.size()) {
-            f.key_error(kv::SPEAKER_IDS, format("has %zu elements, '%s' %zu and '%s' %zu", ids.size(),
-                                                kv::SPEAKER_NAMES, names.size(), kv::SPEAKER_DIALECTS, dialects.size()));
+            f.key_error(kv::SPEAKER_IDS,
+                        format("has %zu elements, '%s' %zu and '%s' %zu", ids.size(), kv::SPEAKER_NAMES, names.size(),
+                               kv::SPEAKER_DIALECTS, dialects.size()));
         }
         for (size_t i = 0; i < names.size(); ++i) m.speakers.push_back({names[i], dialects[i], ids[i]});
     }

@@ -24,7 +24,8 @@ std::string lower(std::string s) {
 
 std::vector<std::string> device_names() {
     std::vector<std::string> out;
-    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) out.emplace_back(ggml_backend_dev_name(ggml_backend_dev_get(i)));
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i)
+        out.emplace_back(ggml_backend_dev_name(ggml_backend_dev_get(i)));
     return out;
 }
 
@@ -108,8 +109,8 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
 
     device = select_device(device_name);
     const bool on_cpu = ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_CPU;
-    ops = choice == OpsChoice::native || (choice == OpsChoice::automatic && on_cpu) ? OpsPath::native
-                                                                                     : OpsPath::portable;
+    ops =
+        choice == OpsChoice::native || (choice == OpsChoice::automatic && on_cpu) ? OpsPath::native : OpsPath::portable;
     if (!on_cpu) {
         precision = precision_choice == PrecisionChoice::exact ? Precision::exact : Precision::fast;
         claim_device_precision(precision);
@@ -126,13 +127,16 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     const std::vector<std::string> audio = {"codec_dec.", "codec_enc.", "spk_enc."};
     const std::set<std::string> streamed =
         huge_pages && on_cpu ? streamed_weights(talker, code_predictor) : std::set<std::string>{};
-    buffers_ = f.place(device, [&](const char * name) {
-        if (ops == OpsPath::portable) return panels.count(name) > 0;
-        for (const std::string & p : audio) {
-            if (std::string(name).rfind(p, 0) == 0) return true;
-        }
-        return false;
-    }, streamed);
+    buffers_ = f.place(
+        device,
+        [&](const char * name) {
+            if (ops == OpsPath::portable) return panels.count(name) > 0;
+            for (const std::string & p : audio) {
+                if (std::string(name).rfind(p, 0) == 0) return true;
+            }
+            return false;
+        },
+        streamed);
     huge_page_bytes = f.huge_page_bytes();
     // Q8_0 matrices in memory of our own are packed for the quantized matmul (ops/qmatmul.h) when
     // graphs are built with it; a mapped file's pages stay as they are.
@@ -153,8 +157,8 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     const std::string dev = ggml_backend_dev_name(device);
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     const bool on_host = ops == OpsPath::native && cpu && ggml_backend_buffer_is_host(vocoder.pre_conv->buffer);
-    const std::string audio_dev = (on_host ? ggml_backend_dev_name(cpu) : dev) +
-                                  (ops == OpsPath::native ? "/native" : "/portable");
+    const std::string audio_dev =
+        (on_host ? ggml_backend_dev_name(cpu) : dev) + (ops == OpsPath::native ? "/native" : "/portable");
     fused_attention = ops == OpsPath::native && device == cpu;
     component_devices["talker"] = component_devices["code_predictor"] =
         dev + (fused_attention ? "/native" : "/portable");

@@ -48,8 +48,8 @@ void top_p_filter(std::vector<float> & x, float top_p) {
 
 }  // namespace
 
-void talker_logits_processors(std::vector<float> & logits, const std::vector<int32_t> & history, float penalty,
-                              int eos, int min_new, int suppress_begin) {
+void talker_logits_processors(std::vector<float> & logits, const std::vector<int32_t> & history, float penalty, int eos,
+                              int min_new, int suppress_begin) {
     if (penalty != 1.0f) {
         std::unordered_set<int32_t> seen;
         for (int32_t t : history) {

@@ -22,8 +22,8 @@ struct SamplingParams {
 // The talker-only processors, in the reference's order: repetition penalty over the distinct
 // previously sampled tokens, EOS masked while fewer than min_new tokens exist, and the ids
 // [suppress_begin, logits.size()) suppressed except EOS.
-void talker_logits_processors(std::vector<float> & logits, const std::vector<int32_t> & history, float penalty,
-                              int eos, int min_new, int suppress_begin);
+void talker_logits_processors(std::vector<float> & logits, const std::vector<int32_t> & history, float penalty, int eos,
+                              int min_new, int suppress_begin);
 
 // argmax (first maximum, as torch) when greedy; otherwise temperature -> top-k (ties with the
 // k-th score kept) -> top-p -> softmax -> one multinomial draw from `rng`.

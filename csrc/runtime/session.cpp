@@ -140,9 +140,7 @@ void Session::set_profiling(bool on) {
     }
 }
 
-void Session::profile_add(const char * what, double value) {
-    profile_[std::string(phase_) + "/" + what] += value;
-}
+void Session::profile_add(const char * what, double value) { profile_[std::string(phase_) + "/" + what] += value; }
 
 // Custom ops by what they do: the quantized matmul (quantized weights in), the in-graph sampling
 // (an I32 code out), the audio networks' kernels.
@@ -234,9 +232,9 @@ std::vector<float> Session::frame_embed(const std::vector<int32_t> & codes, int6
             ids[g * n + t] = c;
         }
     }
-    ggml_cgraph * gf = run(
-        [&](ggml_context * ctx, ggml_cgraph *) { return build_frame_embed(ctx, m.talker, m.code_predictor, n); },
-        [&](ggml_cgraph * g) { set_input(g, kFrameCodes, ids); });
+    ggml_cgraph * gf =
+        run([&](ggml_context * ctx, ggml_cgraph *) { return build_frame_embed(ctx, m.talker, m.code_predictor, n); },
+            [&](ggml_cgraph * g) { set_input(g, kFrameCodes, ids); });
     return read_output(gf);
 }
 

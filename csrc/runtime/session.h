@@ -134,14 +134,13 @@ private:
     // first >= 0: the caller sized the cache, and the prompt goes to positions first.. (a batch
     // slot's lane, runtime/batch.cpp).
     void init_generation(GenerationState & g, const std::vector<float> & prompt, int n_prompt,
-                         const std::vector<float> & trailing, int n_trailing, const GenerateParams & p,
-                         KvCache & cache, int64_t first = -1);
+                         const std::vector<float> & trailing, int n_trailing, const GenerateParams & p, KvCache & cache,
+                         int64_t first = -1);
     // Sample the next cb0 and check the stop conditions, as the reference: false once stopped.
     bool next_cb0(GenerationState & g, const std::function<bool()> & cancelled);
     // The text vector fed with the last emitted frame.
     const float * step_text(const GenerationState & g) const;
-    TalkerOutput talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx,
-                                int64_t first = 0);
+    TalkerOutput talker_prefill(KvCache & cache, const std::vector<float> & embd, int n, int n_ctx, int64_t first = 0);
     // Frames the talker cache holds for a generation: at most max_new_tokens - 1, and the budget.
     static int max_fed(const GenerateParams & p);
     // Reallocate the talker cache for n_ctx positions, keeping its contents (streamed text's
@@ -233,8 +232,8 @@ private:
     void build_replay(Replay & r, const KvCache & cache, const char * what,
                       const std::function<void(ggml_context *, ggml_cgraph *)> & build);
     void build_frame_graph(bool device, const SamplingParams & p);
-    void predict_frame_steps(const std::vector<float> & hidden, std::vector<int32_t> & codes,
-                             const SamplingParams & p, std::mt19937_64 & rng);
+    void predict_frame_steps(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,
+                             std::mt19937_64 & rng);
     bool device_sampling_ = false;
     std::atomic<bool> cancel_{false};
     std::unique_ptr<GenerationState> gen_;

@@ -266,8 +266,8 @@ struct LayerBuilder {
         q = ggml_permute(ctx, ggml_reshape_4d(ctx, q, hd, hp.n_head, n, lanes), 0, 2, 1, 3);
         ggml_tensor * kq = mul_mat(ctx, K, q);  // [n_kv, n, n_head, lanes]
         if (!o.mask && n > 1) kq = ggml_diag_mask_inf(ctx, kq, static_cast<int>(n_past));
-        kq = named(ggml_soft_max_ext(ctx, kq, o.mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f),
-                   "%s.%d.attn_w", o.prefix, il);
+        kq = named(ggml_soft_max_ext(ctx, kq, o.mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f), "%s.%d.attn_w",
+                   o.prefix, il);
         ggml_tensor * out = ggml_permute(ctx, mul_mat(ctx, VT, kq), 0, 2, 1, 3);  // [hd, n_head, n, lanes]
         return ggml_cont_2d(ctx, out, hd * hp.n_head, n_all);
     }

@@ -30,11 +30,11 @@ enum class LayerStyle {
 struct TransformerLayer {
     ggml_tensor *attn_norm = nullptr, *attn_norm_b = nullptr;  // [n_embd]
     ggml_tensor *wq = nullptr, *wk = nullptr, *wv = nullptr;    // n_embd -> heads * head_dim
-    ggml_tensor *wo = nullptr;                                  // n_head * head_dim -> n_embd
+    ggml_tensor * wo = nullptr;                                  // n_head * head_dim -> n_embd
     ggml_tensor *q_norm = nullptr, *k_norm = nullptr;           // [head_dim] (QWEN3)
     ggml_tensor *attn_scale = nullptr, *ffn_scale = nullptr;    // [n_embd] LayerScale (codecs)
     ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;     // [n_embd]
-    ggml_tensor *ffn_gate = nullptr;                            // n_embd -> n_ff (SwiGLU styles)
+    ggml_tensor * ffn_gate = nullptr;                            // n_embd -> n_ff (SwiGLU styles)
     ggml_tensor *ffn_up = nullptr, *ffn_down = nullptr;         // n_embd -> n_ff -> n_embd
 };
 
@@ -102,7 +102,7 @@ struct KvRows {
 };
 
 struct KvWindow {
-    const std::vector<ggml_tensor *> * k = nullptr, * v = nullptr;
+    const std::vector<ggml_tensor *> *k = nullptr, *v = nullptr;
     int64_t n_past = 0, n_kv = 0;
     int64_t lanes = 1, lane_stride = 0;
     bool fused = false;
