@@ -126,11 +126,11 @@ def _teacher_forced(m: Any, req: dict, codes: Any) -> list[Any]:
     back (not its own choices)."""
     from qtts.runtime.prompt import build_prompt, resolve_voice
 
-    voice = resolve_voice(m, language=req.get("language", "auto"), speaker=req.get("speaker"),
+    voice = resolve_voice(m.context, language=req.get("language", "auto"), speaker=req.get("speaker"),
                           instruct=req.get("instruct"), voice=req.get("voice"))
     out = []
     with m.engine.session() as s:
-        p = build_prompt(m, s, TEXT, voice, non_streaming_mode=False)
+        p = build_prompt(m.context, s, TEXT, voice, non_streaming_mode=False)
         n = len(p.embeddings)
         out += list(s.talker_prefill(p.embeddings, n_ctx=n + len(codes)))
         for i, frame in enumerate(codes):

@@ -76,8 +76,8 @@ def _batched_codes(m: qtts.Model, texts: list[str], settings: list[dict], device
 
     with m.engine.session() as s:
         s.native.device_sampling = device
-        cond = resolve_voice(m, language="english", speaker="ryan", instruct=None, voice=None)
-        cases = [(build_prompt(m, s, t, cond, non_streaming_mode=True),
+        cond = resolve_voice(m.context, language="english", speaker="ryan", instruct=None, voice=None)
+        cases = [(build_prompt(m.context, s, t, cond, non_streaming_mode=True),
                   GenerationConfig.resolve(m.generation_defaults, kw, kw.get("seed"), frame_budget=None))
                  for t, kw in zip(texts, settings, strict=True)]
         batch = m.engine.batch(len(cases))
