@@ -44,11 +44,9 @@ def open_fds() -> int:
 def workload(m: Any, frames: int, unsplit_chars: int) -> list[tuple[str, Callable[[int], None]]]:
     """The call kinds, cycled; each takes the call index (its seed)."""
     if m.variant == "base":
-        from qtts.runtime.cloning import create_voice
-
         t = np.arange(24000 * 3) / 24000
         clip = (0.3 * np.sin(2 * np.pi * 150 * t)).astype(np.float32)
-        voice_kw: dict[str, Any] = {"voice": create_voice(m, clip, None, True, None)[0]}
+        voice_kw: dict[str, Any] = {"voice": m.create_voice((clip, 24000), x_vector_only_mode=True)}
     elif m.variant == "custom_voice":
         voice_kw = {"speaker": m.speakers[0]}
     else:
