@@ -33,8 +33,13 @@ PYBIND11_MODULE(_core, mod) {
         }
     });
     qtts::install_ggml_log();
-    // ggml's queued log lines as (level, text), for logging.getLogger("qtts") (runtime/engine.py)
-    mod.def("take_ggml_log", &qtts::take_ggml_log);
+    // ggml's queued log lines as (level, bytes), for logging.getLogger("qtts") (_native.py): bytes,
+    // because a line can quote a corrupt file's strings, which need not be UTF-8
+    mod.def("take_ggml_log", [] {
+        py::list out;
+        for (const auto & [level, text] : qtts::take_ggml_log()) out.append(py::make_tuple(level, py::bytes(text)));
+        return out;
+    });
     qtts::bind_params(mod);
     qtts::bind_model(mod);
     qtts::bind_session(mod);

@@ -31,6 +31,21 @@ constexpr int kLaneGroup = 8;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+// The code predictor's positions at `step` for `lanes` lanes in lockstep: [0, 1] each for the
+// two-position prefill, then [step + 1] each.
+std::vector<int32_t> predictor_positions(int step, int lanes) {
+    std::vector<int32_t> pos;
+    for (int b = 0; b < lanes; ++b) {
+        if (step == 0) {
+            pos.push_back(0);
+            pos.push_back(1);
+        } else {
+            pos.push_back(step + 1);
+        }
+    }
+    return pos;
+}
+
 // Bytes of K and V per cached position of a transformer.
 int64_t position_bytes(const TransformerHParams & hp) {
     return int64_t{2} * hp.n_layer * hp.n_head_kv * hp.head_dim * static_cast<int64_t>(sizeof(float));
@@ -327,18 +342,10 @@ void Batch::predict(const std::vector<Slot *> & s) {
     }
     std::vector<float> hidden(static_cast<size_t>(B) * d);
     for (int b = 0; b < B; ++b) std::copy(s[b]->g.out.hidden.begin(), s[b]->g.out.hidden.end(), hidden.begin() + b * d);
-    std::vector<int32_t> code(B), pos;
+    std::vector<int32_t> code(B);
     for (int step = 0; step + 1 < groups; ++step) {
         for (int b = 0; b < B; ++b) code[b] = s[b]->g.frame[step];
-        pos.clear();
-        for (int b = 0; b < B; ++b) {
-            if (step == 0) {
-                pos.push_back(0);
-                pos.push_back(1);
-            } else {
-                pos.push_back(step + 1);
-            }
-        }
+        const std::vector<int32_t> pos = predictor_positions(step, B);
         ggml_cgraph * gf = session_.run(
             [&](ggml_context * ctx, ggml_cgraph * g) {
                 return build_predictor_step_batch(ctx, g, m.code_predictor, m.talker, pred_cache_, step, B, groups);
@@ -400,17 +407,8 @@ bool Batch::predict_frame(const std::vector<Slot *> & s) {
     }
     ggml_backend_tensor_set(f.io.hidden, hidden.data(), 0, ggml_nbytes(f.io.hidden));
     ggml_backend_tensor_set(f.io.code0, code0.data(), 0, ggml_nbytes(f.io.code0));
-    std::vector<int32_t> pos;
     for (int step = 0; step + 1 < groups; ++step) {
-        pos.clear();
-        for (int b = 0; b < B; ++b) {
-            if (step == 0) {
-                pos.push_back(0);
-                pos.push_back(1);
-            } else {
-                pos.push_back(step + 1);
-            }
-        }
+        const std::vector<int32_t> pos = predictor_positions(step, B);
         ggml_backend_tensor_set(f.io.pos[step], pos.data(), 0, pos.size() * sizeof(int32_t));
         if (step > 0 && !pred_cache_.fused()) {
             set_kv_step_inputs(f.gf, predictor_rows(m.code_predictor, pred_cache_, step, B, groups),

@@ -63,4 +63,4 @@ def forward_ggml_log() -> None:
     forwards them after each load and each operation."""
     log = logging.getLogger("qtts")
     for level, text in core.take_ggml_log():
-        log.log(_GGML_LEVELS.get(level, logging.INFO), "ggml: %s", text)
+        log.log(_GGML_LEVELS.get(level, logging.INFO), "ggml: %s", text.decode("utf-8", "replace"))

@@ -11,6 +11,7 @@ function; this module wires them together and turns errors into exit statuses.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -57,11 +58,26 @@ def main_quantize(argv: Sequence[str] | None = None) -> int:
     return run(p.parse_args(sys.argv[1:] if argv is None else argv), "qtts-quantize")
 
 
+def _log_to_stderr(prog: str) -> None:
+    """qtts's log (ggml's lines among it) on stderr from warnings up, once. ggml's error lines are
+    left out: the error that follows them prints them under its own line (run)."""
+    log = logging.getLogger("qtts")
+    if any(getattr(h, "qtts_cli", False) for h in log.handlers):
+        return
+    h = logging.StreamHandler(sys.stderr)
+    h.setLevel(logging.WARNING)
+    h.setFormatter(logging.Formatter(f"{prog}: %(message)s"))
+    h.addFilter(lambda r: r.levelno < logging.ERROR or not r.getMessage().startswith("ggml: "))
+    h.qtts_cli = True  # type: ignore[attr-defined]
+    log.addHandler(h)
+
+
 def run(args: argparse.Namespace, prog: str) -> int:
     """Run a parsed command. The two error families of qtts (see qtts.errors) end in one line,
     `PROG: error: ...`: bad input (a usage error found after argparse: exit 2; a bad value, file
     or missing dependency: exit 1) and an engine failure (exit 1, followed by ggml's error lines).
     Ctrl-C exits 130. Any other exception is a bug in qtts and keeps its traceback."""
+    _log_to_stderr(prog)
     try:
         return int(args.func(args))
     except UsageError as e:
