@@ -117,18 +117,24 @@ def _decode_base64(text: str, param: str) -> bytes:
         raise ApiError(400, f"{param} is not valid base64 ({e})", param=param, code="invalid_value") from None
 
 
+def clone_upload(served: Served, body: SpeechRequest, args: dict[str, Any]) -> None:
+    """A request's uploaded reference clip cloned into args["voice"], here, so that the clip's
+    file is gone before the job runs; its failures as HTTP errors naming the field."""
+    if body.ref_audio is None:
+        return
+    try:
+        with upload_file(_decode_base64(body.ref_audio, "ref_audio")) as path:
+            args["voice"] = served.model.create_voice(path, body.ref_text, x_vector_only_mode=body.x_vector_only_mode)
+    except QttsError as e:
+        raise ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error") from None
+    except (TypeError, ValueError) as e:
+        raise clone_error(e, "ref_audio", "ref_text") from None
+
+
 def _submit(served: Served, body: SpeechRequest, args: dict[str, Any]) -> Job:
     """Submit in a worker thread (validation and voice cloning take the model's time), mapping
     the scheduler's refusals to HTTP statuses."""
-    if body.ref_audio is not None:  # cloned here, so the clip's file is gone before the job runs
-        try:
-            with upload_file(_decode_base64(body.ref_audio, "ref_audio")) as path:
-                args["voice"] = served.model.create_voice(path, body.ref_text,
-                                                          x_vector_only_mode=body.x_vector_only_mode)
-        except QttsError as e:
-            raise ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error") from None
-        except (TypeError, ValueError) as e:
-            raise clone_error(e, "ref_audio", "ref_text") from None
+    clone_upload(served, body, args)
     try:
         return served.scheduler.submit(body.input, **args)
     except QueueFull as e:

@@ -24,10 +24,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from ..errors import QttsError
 from ..runtime.audio import pcm16
 from ..runtime.scheduler import Job, QueueFull, SchedulerClosed
-from .errors import ApiError, bad_argument, clone_error, error_body
+from .errors import ApiError, bad_argument, error_body
 from .formats import STREAMED, wav_header
 from .schemas import MAX_INPUT_CHARS, SpeechRequest
-from .speech import _KNOWN, OPENAI_MODEL_NAMES, Served, _decode_base64, _job_args, _Tracked, upload_file
+from .speech import _KNOWN, OPENAI_MODEL_NAMES, Served, _job_args, _Tracked, clone_upload
 
 # WebSocket close codes (RFC 6455, 7.4.1) by the POST route's status for the same error
 CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_UNSUPPORTED, CLOSE_INVALID_DATA = 1000, 1001, 1003, 1007
@@ -110,15 +110,7 @@ def start_request(served: Served, data: dict[str, Any]) -> SpeechRequest:
 
 def _submit_text(served: Served, body: SpeechRequest, args: dict[str, Any]) -> Job:
     """As speech._submit, for a job whose text comes later."""
-    if body.ref_audio is not None:
-        try:
-            with upload_file(_decode_base64(body.ref_audio, "ref_audio")) as path:
-                args["voice"] = served.model.create_voice(path, body.ref_text,
-                                                          x_vector_only_mode=body.x_vector_only_mode)
-        except QttsError as e:
-            raise ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error") from None
-        except (TypeError, ValueError) as e:
-            raise clone_error(e, "ref_audio", "ref_text") from None
+    clone_upload(served, body, args)
     try:
         return served.scheduler.submit_text(**args)
     except QueueFull as e:
