@@ -35,9 +35,9 @@ sys.path[:0] = [str(ROOT / "python"), str(ROOT)]
 
 from qtts._native import core  # noqa: E402
 from qtts.convert.checkpoint import _conv_panels, convert  # noqa: E402
-from tests import test_attend as A  # noqa: E402
-from tests import test_ops as T  # noqa: E402
-from tests import test_qmatmul as Q  # noqa: E402
+from tests.csrc.ops import test_attend as A  # noqa: E402
+from tests.csrc.ops import test_ops as T  # noqa: E402
+from tests.csrc.ops import test_qmatmul as Q  # noqa: E402
 
 GGML_WHEEL = "libggml-python==0.20.2.post1"  # the version pyproject.toml pins
 SYSROOT = "/usr/aarch64-linux-gnu"
@@ -105,8 +105,8 @@ def build_check(build: Path, ggml: Path, jobs: int) -> Path:
 
 
 def op_cases(c: Cases) -> None:
-    """The op tests' shapes and assertions (tests/test_ops.py, tests/test_qmatmul.py,
-    tests/test_attend.py)."""
+    """The op tests' shapes and assertions (tests/csrc/ops/test_ops.py, tests/csrc/ops/test_qmatmul.py,
+    tests/csrc/ops/test_attend.py)."""
     for cin, cout, k, d, n in T.CONV_CASES:
         rng = np.random.default_rng(cin * 1000 + cout + k)
         w = T.f32(rng, cout, cin, k, scale=cin ** -0.5)

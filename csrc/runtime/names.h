@@ -1,7 +1,7 @@
 // GGUF metadata keys and tensor names of a qtts model file.
 //
 // This is the single C++ definition; python/qtts/names.py mirrors it for the converter and
-// tests/test_names.py checks that both agree literally. Patterns take printf arguments
+// tests/csrc/runtime/test_names.py checks that both agree literally. Patterns take printf arguments
 // (layer or table index). Tensor names stay under GGML_MAX_NAME (64) for every released shape.
 #pragma once
 

@@ -1,6 +1,6 @@
 """GGUF metadata keys and tensor names: the Python mirror of csrc/runtime/names.h.
 
-tests/test_names.py checks that both files define the same names with the same values.
+tests/csrc/runtime/test_names.py checks that both files define the same names with the same values.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Benchmarks of speed, memory and quantization quality need the released shapes and weights that
 keep every network numerically sane, not the released weights. Names, shapes, dtypes and
 configs come from committed tables (data/releases/<release>.json), generated from the
-reference's own classes and checked against them by tests/test_randmodel.py. Values follow the
+reference's own classes and checked against them by tests/qtts/convert/test_randmodel.py. Values follow the
 init of the test tooling (tests/fixtures/refmodels.py, build.py):
 
 * talker and code predictor: the reference's init, N(0, 0.02) matrices;

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_check_gpu_dry_run_on_the_cpu(fixture_root: Path, tmp_path: Path) -> None:

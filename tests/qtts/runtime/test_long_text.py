@@ -10,7 +10,7 @@ import pytest
 
 import qtts
 from qtts.runtime.text import SPLIT_ABOVE_CHARS, split_text, text_pieces
-from tests.test_generate import CASES, GREEDY, TEXT, prompt_of, reference_run
+from tests.qtts.runtime.test_generate import CASES, GREEDY, TEXT, prompt_of, reference_run
 
 LONG = "x" * 6000  # no sentence end, clause mark or space: one prompt of ~6000 tokens unless split
 

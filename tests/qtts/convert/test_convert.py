@@ -392,7 +392,7 @@ def test_killed_conversion_leaves_no_partial_after_the_next_run(fixture_root: Pa
 def test_load_by_repo_id_converts_to_a_k_quant(fixture_root: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     import qtts
-    from tests.test_registry import offline_hub
+    from tests.qtts.convert.test_registry import offline_hub
 
     repo_id = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
     offline_hub(monkeypatch, tmp_path, repo_id, fixture_root / "tiny_custom_voice")

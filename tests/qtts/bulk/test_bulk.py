@@ -1,6 +1,6 @@
 """`qtts-cli batch` and qtts.bulk: every item's file equals Model.synthesize with its settings,
 bad manifest lines are reported by number, and a killed run resumes without synthesizing an
-item twice (docs/serving.md, "Bulk synthesis"). The Ray runner: tests/test_bulk_ray.py."""
+item twice (docs/serving.md, "Bulk synthesis"). The Ray runner: tests/qtts/bulk/test_bulk_ray.py."""
 from __future__ import annotations
 
 import json
@@ -338,7 +338,7 @@ def test_manifest_parsing(tmp_path: Path) -> None:
 
 
 def test_progress_bar_on_a_terminal(cv_case: dict[str, Any], cv_path: Path) -> None:
-    from tests.test_cli_progress import _cli_tty_stderr
+    from tests.qtts.cli.test_cli_progress import _cli_tty_stderr
 
     out = cv_case["root"] / "tty"
     rc, shown = _cli_tty_stderr("batch", str(cv_case["manifest"]), "-m", str(cv_path), "--output-dir", str(out),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from qtts.convert.names import KV, TN
 
-HEADER = Path(__file__).resolve().parents[1] / "csrc" / "runtime" / "names.h"
+HEADER = Path(__file__).resolve().parents[3] / "csrc" / "runtime" / "names.h"
 
 
 def _header_names(namespace: str) -> dict[str, str]:
