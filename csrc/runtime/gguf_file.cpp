@@ -223,8 +223,6 @@ uint32_t GgufFile::u32(const char * key) const {
     return gguf_get_val_u32(gguf_, key_id(key, GGUF_TYPE_UINT32));
 }
 
-uint32_t GgufFile::u32_or(const char * key, uint32_t fallback) const { return has(key) ? u32(key) : fallback; }
-
 float GgufFile::f32(const char * key) const { return gguf_get_val_f32(gguf_, key_id(key, GGUF_TYPE_FLOAT32)); }
 
 bool GgufFile::boolean(const char * key) const { return gguf_get_val_bool(gguf_, key_id(key, GGUF_TYPE_BOOL)); }

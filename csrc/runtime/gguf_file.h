@@ -38,7 +38,6 @@ public:
 
     bool has(const char * key) const;
     uint32_t u32(const char * key) const;
-    uint32_t u32_or(const char * key, uint32_t fallback) const;
     float f32(const char * key) const;
     bool boolean(const char * key) const;
     std::string str(const char * key) const;

@@ -65,10 +65,6 @@ class Entry:
     qtype: QT = QT.F32
 
 
-def _ident_shape(ref: TensorRef) -> tuple[int, ...]:
-    return ref.shape
-
-
 def _squeeze_k1(refs: list[np.ndarray]) -> np.ndarray:
     return refs[0].reshape(refs[0].shape[:-1])
 

@@ -263,17 +263,18 @@ def test_quantized_matmul_paths_agree(gguf_dir: Path, models, capsys):
     p = prompt_of(models(name), request, True)
     with models(name).engine.session() as s:
         ref_logits, _ = s.talker_prefill(p.embeddings)
-    ops = qtts._native.core.ops
+    from qtts.runtime.engine import set_matmul_path
+
     logits, packed = {}, {}
     for path in ("ggml", "native"):
-        ops.set_matmul_path(path)
+        set_matmul_path(path)
         try:
             q = qtts.load(gguf_dir / f"{name}-q8_0.gguf", n_threads=2)
             with q.engine.session() as s:
                 logits[path], _ = s.talker_prefill(p.embeddings)
             packed[path] = q
         finally:
-            ops.set_matmul_path("native")
+            set_matmul_path("native")
     assert packed["ggml"].engine.packed_bytes == 0
     cos = {path: _cos(v, ref_logits) for path, v in logits.items()}
     with capsys.disabled():
@@ -281,12 +282,12 @@ def test_quantized_matmul_paths_agree(gguf_dir: Path, models, capsys):
     assert not np.array_equal(logits["native"], logits["ggml"])
     assert cos["native"] >= cos["ggml"] - 1e-4 and _cos(logits["native"], logits["ggml"]) > 0.999
     if packed["native"].engine.packed_bytes:
-        ops.set_matmul_path("ggml")
+        set_matmul_path("ggml")
         try:
             with packed["native"].engine.session() as s:
                 again, _ = s.talker_prefill(p.embeddings)
         finally:
-            ops.set_matmul_path("native")
+            set_matmul_path("native")
         np.testing.assert_array_equal(again, logits["native"])
 
 

@@ -60,17 +60,6 @@ def test_model_properties(gguf_dir: Path) -> None:
     assert base.hparams["code_predictor"]["has_projection"] is False
 
 
-def test_sessions_share_one_model(gguf_dir: Path) -> None:
-    from qtts._native import core
-
-    native = core.Model(str(gguf_dir / "tiny_voice_design-f32.gguf"), "cpu")
-    s1, s2 = core.Session(native, 1), core.Session(native, 2)
-    ids = [1, 2, 3, 4]
-    np.testing.assert_allclose(s1.text_embed(ids), s2.text_embed(ids), rtol=1e-6, atol=1e-7)
-    with pytest.raises(ValueError, match="outside the text vocabulary"):
-        s1.text_embed([10**6])
-
-
 def test_thread_defaults() -> None:
     assert 1 <= physical_cores() <= len(available_cpus())
     assert resolve_threads(None) == physical_cores()
