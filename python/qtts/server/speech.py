@@ -135,8 +135,16 @@ def _submit(served: Served, body: SpeechRequest, args: dict[str, Any]) -> Job:
     """Submit in a worker thread (validation and voice cloning take the model's time), mapping
     the scheduler's refusals to HTTP statuses."""
     clone_upload(served, body, args)
-    try:
+    with submit_errors():
         return served.scheduler.submit(body.input, **args)
+
+
+@contextmanager
+def submit_errors() -> Iterator[None]:
+    """A submission's refusals and failures as HTTP errors: a full queue 429, a closing server
+    503, an engine failure 500, a bad argument 400 naming it (both speech routes)."""
+    try:
+        yield
     except QueueFull as e:
         raise ApiError(429, str(e), type="rate_limit_error", code="queue_full", headers={"Retry-After": "1"}) from None
     except SchedulerClosed as e:

@@ -23,11 +23,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import QttsError
 from ..runtime.audio import pcm16
-from ..runtime.scheduler import Job, QueueFull, SchedulerClosed
+from ..runtime.scheduler import Job
 from .errors import ApiError, bad_argument, error_body
 from .formats import STREAMED, wav_header
 from .schemas import MAX_INPUT_CHARS, SpeechRequest
-from .speech import _KNOWN, OPENAI_MODEL_NAMES, Served, _job_args, _Tracked, clone_upload
+from .speech import _KNOWN, OPENAI_MODEL_NAMES, Served, _job_args, _Tracked, clone_upload, submit_errors
 
 # WebSocket close codes (RFC 6455, 7.4.1) by the POST route's status for the same error
 CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_UNSUPPORTED, CLOSE_INVALID_DATA = 1000, 1001, 1003, 1007
@@ -111,16 +111,8 @@ def start_request(served: Served, data: dict[str, Any]) -> SpeechRequest:
 def _submit_text(served: Served, body: SpeechRequest, args: dict[str, Any]) -> Job:
     """As speech._submit, for a job whose text comes later."""
     clone_upload(served, body, args)
-    try:
+    with submit_errors():
         return served.scheduler.submit_text(**args)
-    except QueueFull as e:
-        raise ApiError(429, str(e), type="rate_limit_error", code="queue_full") from None
-    except SchedulerClosed as e:
-        raise ApiError(503, str(e), type="server_error", code="shutting_down") from None
-    except QttsError as e:
-        raise ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error") from None
-    except (TypeError, ValueError) as e:
-        raise bad_argument(e, _KNOWN) from None
 
 
 @dataclass
