@@ -34,12 +34,13 @@ class ModelSpec:
     device: str = "auto"
     ops: str = "auto"
     huge_pages: bool = True
+    precision: str = "auto"
 
     def load(self) -> Model:
         from ..runtime.model import load
 
         return load(self.model, n_threads=self.n_threads, device=self.device, ops=self.ops,
-                    huge_pages=self.huge_pages)
+                    huge_pages=self.huge_pages, precision=self.precision)
 
 
 def split_threads(total: int | None, workers: int) -> int:

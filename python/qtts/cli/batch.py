@@ -13,7 +13,7 @@ from typing import Any
 from ..runtime.model import OPS
 from .args import CliError, UsageError, checked, utf8
 from .args import threads as threads_arg
-from .common import check_input_file, model_path
+from .common import add_device_arguments, check_input_file, model_path
 from .speak import _check_output_dir, _need_soundfile, add_sampling_arguments, sampling
 
 MAX_JOBS = 256
@@ -85,7 +85,7 @@ def _runner(args: argparse.Namespace) -> Any:
         from ..runtime.engine import Engine
 
         Engine.metadata(path)
-    spec = ModelSpec(path, args.threads, args.device, args.ops, not args.no_huge_pages)
+    spec = ModelSpec(path, args.threads, args.device, args.ops, not args.no_huge_pages, args.precision)
     if args.ray:
         from ..bulk.rayrun import RayRunner
 
@@ -119,11 +119,9 @@ def add_parser(sub: Any) -> None:
     w.add_argument("--ray", action="store_true", help="run through Ray Data (pip install 'qtts[ray]')")
     w.add_argument("--address", help="with --ray: join this Ray cluster (default: start a local one)")
     w.add_argument("-t", "--threads", type=threads_arg, help="CPU threads in all (default: the physical cores)")
-    w.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
+    add_device_arguments(w)  # --no-huge-pages: the mapped weights are shared by --jobs workers
     w.add_argument("--ops", default="auto", choices=OPS,
                    help="the audio networks' and the attention's ops (default: auto)")
-    w.add_argument("--no-huge-pages", action="store_true", help="keep the streamed weights mapped from the file, "
-                   "shared by --jobs workers, instead of a huge-page copy in each (slower generation)")
     v = s.add_argument_group("defaults for the items (a manifest field overrides them)")
     v.add_argument("--speaker", type=utf8, help="speaker name (custom_voice models)")
     v.add_argument("--language", type=utf8, help="language (default: auto)")

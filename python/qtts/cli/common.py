@@ -13,7 +13,7 @@ from .progress import tensor_log
 
 
 def add_device_arguments(p: argparse._ActionsContainer) -> None:
-    """--device, --precision and --no-huge-pages, as speak and serve take them."""
+    """--device, --precision and --no-huge-pages, as speak, serve and batch take them."""
     p.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
     p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="a GPU's matrix products: exact (F32) or fast (TF32/BF16 where ggml picks them); "

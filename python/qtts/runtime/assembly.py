@@ -89,9 +89,13 @@ class Assembly:
         """The waveform of a piece's codes, decoded whole and timed; an ICL voice decodes them
         after its reference codes and cuts the reference's share off (cut)."""
         t0 = time.perf_counter()
-        wav = s.decode(codes if self.ref is None else np.concatenate([self.ref, codes]))
+        wav = s.decode(self.with_ref(codes))
         self.vocoder_ms += (time.perf_counter() - t0) * 1e3
         return self.cut(wav, len(codes))
+
+    def with_ref(self, codes: np.ndarray) -> np.ndarray:
+        """A piece's codes as decoded: an ICL voice's reference frames first."""
+        return codes if self.ref is None else np.concatenate([self.ref, codes])
 
     def cut(self, wav: np.ndarray, frames: int) -> np.ndarray:
         """`wav`, decoded from an ICL voice's reference frames followed by `frames` generated ones,

@@ -89,6 +89,14 @@ class _Emit:
     final: bool
 
 
+@dataclass
+class _Piece:
+    """An eager job's whole piece, waiting for the step's batched decode."""
+    job: Job
+    codes: np.ndarray
+    last: bool
+
+
 class Scheduler:
     """Continuous batching over one Model: submit() requests from any thread, iterate their Jobs."""
 
@@ -115,6 +123,7 @@ class Scheduler:
         self._cancel_all = False
         self._requests = self._frames = self._cancelled = self._batch_size = 0
         self._emits: list[_Emit] = []  # chunks waiting for the step's batched decode (worker only)
+        self._pieces: list[_Piece] = []  # eager pieces waiting for it likewise
         self._worker = threading.Thread(target=self._run, name="qtts-scheduler", daemon=True)
         self._worker.start()
 
@@ -147,8 +156,8 @@ class Scheduler:
         return job
 
     def submit_eager(self, text: str, **kwargs: Any) -> Job:
-        """As submit, for Model.synthesize_batch: no chunks; Job.result() decodes each piece whole
-        as Model.synthesize does (the same samples)."""
+        """As submit, for Model.synthesize_batch: no chunks; each piece is decoded whole, with the
+        other pieces that end in the same step, into the samples of Model.synthesize; Job.result()."""
         args = {k: kwargs.pop(k) for k in _ARGS if k in kwargs}
         return self._submit(text, {**_ARG_DEFAULTS, **args}, kwargs, eager=True)
 
@@ -346,6 +355,7 @@ class Scheduler:
             except Exception as e:
                 self._fail(job, e)
         self._flush()
+        self._decode_pieces()
         if late:
             self._drop(late)
 
@@ -371,6 +381,7 @@ class Scheduler:
                 self._advance(job, self._ctx.empty_codes(), "cancelled", None)
             except Exception as e:
                 self._fail(job, e)
+        self._decode_pieces()
 
     def _advance(self, job: Job, codes: np.ndarray, reason: str | None, raw: dict[str, float] | None) -> None:
         """A job's frames of one step (raw: the piece's native times, None: as last reported):
@@ -393,15 +404,20 @@ class Scheduler:
         job._slot = None
         asm.end_piece(reason)
         last = asm.is_last(job._piece, reason)  # a streamed-text job's: once its text tells
-        if job._eager:
-            self._decode_piece(job, last)
-        else:
-            if reason == "cancelled":  # nobody hears them (a client gone, a shutdown): not vocoded, so
-                job._pending = []  # that a cancel frees the engine now, not after decoding a chunk per slot
-            self._emit(job, reason if last else None, final=last)
-            self._flush()  # before the stream is closed, or reset for the next piece
-            if job.done:  # the decode failed it
-                return
+        if job._eager:  # decoded with the other pieces that end in this step, then _next_piece
+            codes = np.concatenate(job._pending) if job._pending else self._ctx.empty_codes()
+            job._pending = []
+            self._pieces.append(_Piece(job, codes, last))
+            return
+        if reason == "cancelled":  # nobody hears them (a client gone, a shutdown): not vocoded, so
+            job._pending = []  # that a cancel frees the engine now, not after decoding a chunk per slot
+        self._emit(job, reason if last else None, final=last)
+        self._flush()  # before the stream is closed, or reset for the next piece
+        if not job.done:  # unless the decode failed it
+            self._next_piece(job, last)
+
+    def _next_piece(self, job: Job, last: bool) -> None:
+        """After a piece's audio: the job ends, or its next piece is admitted."""
         if last:
             self.finish_timings(job, None)
             return
@@ -411,7 +427,7 @@ class Scheduler:
                 self._parked.append(job)
             return
         if not job._eager:
-            job._put(asm.pause_chunk())
+            job._put(job._asm.pause_chunk())
         with self._lock:  # out of its slot until the next piece is admitted: still counted
             self._admitting += 1
         self._start(job)
@@ -457,17 +473,41 @@ class Scheduler:
             job._asm.vocoder_ms += ms * len(e.codes) / frames if frames else 0.0  # its share of the call
             job._put(job._asm.chunk(wav, e.codes, e.reason, final=e.final))
 
-    def _decode_piece(self, job: Job, last: bool) -> None:
-        """As Model.synthesize: the piece's codes decoded whole, a pause before the next piece."""
-        codes = np.concatenate(job._pending) if job._pending else self._ctx.empty_codes()
-        job._pending = []
-        wav = None
-        if len(codes):
-            with self._engine.session() as s:
-                wav = job._asm.decode(s, codes)
-        job._asm.add_piece(wav, codes, last)
-        if last:
-            job._asm.finish()
+    def _decode_pieces(self) -> None:
+        """As Model.synthesize: the eager pieces that ended in this step, each decoded whole (an
+        ICL voice's after its reference frames, then cut), all in one batched call on fresh codec
+        streams (the samples of a decode alone, docs/serving.md "Batched vocoder"); then each job
+        goes on. A failure fails those jobs."""
+        pieces, self._pieces = [p for p in self._pieces if not p.job.done], []
+        decoded = [p for p in pieces if len(p.codes)]
+        t0 = time.perf_counter()
+        try:
+            if decoded:
+                with self._engine.session() as s:
+                    for p in decoded:
+                        if p.job._stream is None:
+                            p.job._stream = self._engine.new_stream_id()
+                        s.decode_stream_reset(stream=p.job._stream)
+                    waves = s.decode_streams_push([(p.job._stream, p.job._asm.with_ref(p.codes)) for p in decoded])
+            else:
+                waves = []
+        except Exception as err:
+            for p in pieces:
+                self._fail(p.job, err)
+            return
+        ms = (time.perf_counter() - t0) * 1e3
+        frames = sum(len(p.codes) for p in decoded)
+        wav_of = {id(p): w for p, w in zip(decoded, waves, strict=True)}
+        for p in pieces:
+            asm, wav = p.job._asm, wav_of.get(id(p))
+            asm.vocoder_ms += ms * len(p.codes) / frames if frames else 0.0  # its share of the call
+            asm.add_piece(None if wav is None else asm.cut(wav, len(p.codes)), p.codes, p.last)
+            if p.last:
+                asm.finish()
+            try:
+                self._next_piece(p.job, p.last)
+            except Exception as e:
+                self._fail(p.job, e)
 
     def finish_timings(self, job: Job, reason: str | None) -> None:
         """The job ended; `reason` set: it ended before generating (cancelled while queued)."""

@@ -348,3 +348,20 @@ def test_progress_bar_on_a_terminal(cv_case: dict[str, Any], cv_path: Path) -> N
     rc, shown = _cli_tty_stderr("batch", str(cv_case["manifest"]), "-m", str(cv_path), "--output-dir", str(out),
                                 "-q", "--retry-failed")
     assert rc == 1 and "synthesizing" not in shown and "line 3: bad JSON" in shown
+
+
+def test_batch_device_flags_reach_every_worker(cv_path: Path, tmp_path: Path) -> None:
+    """batch takes speak's --device, --precision and --no-huge-pages, and its workers load with them."""
+    from qtts.cli import build_parser
+    from qtts.cli.batch import _runner
+
+    manifest = write_manifest(tmp_path / "m.jsonl", [{"id": "a", "text": "Hi.", "speaker": "ryan"}])
+    args = build_parser().parse_args(["batch", str(manifest), "-m", str(cv_path), "--output-dir", str(tmp_path / "o"),
+                                      "--device", "cpu", "--precision", "exact", "--no-huge-pages"])
+    spec = _runner(args).spec
+    assert (spec.device, spec.precision, spec.huge_pages) == ("cpu", "exact", False)
+    m = spec.load()
+    assert (m.device, m.precision) == ("CPU", "exact")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["batch", str(manifest), "-m", str(cv_path), "--output-dir", "o",
+                                   "--precision", "tf32"])
