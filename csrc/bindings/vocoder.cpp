@@ -107,7 +107,9 @@ void bind_vocoder(py::module_ & m) {
                 for (size_t i = 0; i < names.size(); ++i) d[py::str(names[i])] = matrix(got[i].data, got[i].width);
                 return d;
             },
-            py::arg("codes"), py::arg("names"), "Named decoder intermediates, each [time, channels].");
+            py::arg("codes"), py::arg("names"), "Named decoder intermediates, each [time, channels].")
+        .def_property_readonly("codec_replay_builds", &Session::codec_replay_builds,
+                               "Audio-network graphs built to be replayed so far (a replay is not counted).");
 }
 
 }  // namespace qtts

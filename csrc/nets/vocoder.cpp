@@ -3,6 +3,7 @@
 #include "nets/vocoder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -118,7 +119,9 @@ void vocoder_convs(const Vocoder & c, std::vector<PanelConv> & out) {
     }
 }
 
-VocoderState::VocoderState(const Vocoder & w, ggml_backend_t backend) {
+static std::atomic<uint64_t> next_state_id{1};
+
+VocoderState::VocoderState(const Vocoder & w, ggml_backend_t backend) : id(next_state_id++) {
     const size_t n_layer = w.tfm.layers.size();
     ggml_context * ctx = state_.begin(4 + 2 * n_layer + w.upsample.size() + (1 + kResidualUnits) * w.voc.size());
     n_ctx = round_up(kDecodeChunk + kDecodeContext, kVocoderKeyPad);

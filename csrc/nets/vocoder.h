@@ -87,6 +87,9 @@ public:
     VocoderState(const Vocoder & w, ggml_backend_t backend);
     void reset();
 
+    // Never the same for two states: keys a graph built over this state's tensors (CodecRunner::replay).
+    const uint64_t id;
+
     int64_t n_past = 0;  // frames already decoded in this segment
     int64_t n_ctx = 0;   // key/value capacity in frames
     ggml_tensor * pre_conv = nullptr;  // [codebook_dim, kPreConvKernel - 1]: the last RVQ frames
@@ -121,6 +124,8 @@ struct CodecStream {
 
 // A session's codec streams by id: the data the streaming runners take. Stream 0 always
 // exists (the single-stream API's); other ids are opened and closed by their users.
+// A closed stream's states are kept for the next stream opened (a few at a time), so that a new
+// request's pushes replay the graphs built for the request before it (CodecRunner::replay).
 class VocoderStreams {
 public:
     // Start stream `id` anew; its first silent_frames frames give no samples.
@@ -132,6 +137,7 @@ public:
 
 private:
     std::map<int, CodecStream> by_id_;
+    std::vector<std::unique_ptr<VocoderState>> spare_;
 };
 
 // Codes [n, n_quantizers] row-major, each in [0, codebook_size): an Error naming the culprit.

@@ -33,6 +33,8 @@ constexpr int64_t kMaxGraphFrames = 50;  // 4 s of audio per graph: bounds the c
 // Lanes per graph: each lane's transformer is its own ops (about 200 nodes), within kMaxNodes.
 constexpr size_t kMaxGraphLanes = 16;
 constexpr int64_t kConvWarmup = 16;  // frames through the conv stack before the first kept one
+// One stream's pushes of up to this many frames (a stream's chunks) replay their graphs.
+constexpr int64_t kMaxReplayFrames = 8;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -46,12 +48,20 @@ struct Lane {
     bool full = true;
 };
 
+// Where a lane's transformer attends: keys 0 .. n_kv - 1 of its cache, its new keys and values
+// written at n_past (a graph for this n_past), or with `whole` the whole cache, written at rows
+// given as inputs (a graph for any n_past: replayable).
+int64_t attended(const Lane & ln, bool whole) {
+    return whole ? ln.st->n_ctx : round_up(ln.st->n_past + ln.n, kVocoderKeyPad);
+}
+
 struct Builder {
     ggml_context * ctx;
     ggml_cgraph * gf;
     const Vocoder & w;
     CodecOps ops;
     const std::vector<Lane> & lanes;
+    bool whole;
     std::vector<VocoderState *> st;  // the lanes through the conv stack (full)
     std::vector<int64_t> rows;       // their rows at the current rate, lane after lane
     std::vector<std::pair<std::string, std::vector<int32_t>>> index;  // the row gathers' inputs
@@ -143,11 +153,19 @@ struct Builder {
     // Lane i's transformer over its own cache, at positions "cd.pos<i>" with mask "cd.mask<i>".
     ggml_tensor * transformer(ggml_tensor * x, size_t i) {
         const Lane & ln = lanes[i];
-        const int64_t n_kv = round_up(ln.st->n_past + ln.n, kVocoderKeyPad);
+        const int64_t n_kv = attended(ln, whole);
         ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, ln.n), format("cd.pos%zu", i).c_str());
         ggml_tensor * mask = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, ln.n), format("cd.mask%zu", i).c_str());
         x = linear(ctx, x, w.tfm_in, w.tfm_in_b);
-        const KvWindow kv{&ln.st->k, &ln.st->v, ln.st->n_past, n_kv};
+        KvWindow kv{&ln.st->k, &ln.st->v, ln.st->n_past, n_kv};
+        KvRows rows;
+        if (whole) {
+            const TransformerHParams & hp = w.tfm.hp;
+            rows.k = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, ln.n), format("cd.kv_rows_k%zu", i).c_str());
+            rows.v = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, int64_t(hp.head_dim) * hp.n_head_kv * ln.n),
+                           format("cd.kv_rows_v%zu", i).c_str());
+            kv.rows = &rows;
+        }
         StackOptions o;
         o.prefix = "cd.tfm";
         o.kv = &kv;
@@ -270,45 +288,64 @@ std::vector<float> run_lanes(const Vocoder & w, const CodecRunner & r, const std
                  static_cast<long long>(ln.st->n_past + ln.n));
         }
     }
+    // One stream's push of a stream's chunk size (no stages read): the same graph, replayed, for
+    // every push of that size into this state (docs/serving.md, "Batched vocoder").
+    const bool whole = r.replay && stages.empty() && lanes.size() == 1 && lanes[0].n <= kMaxReplayFrames;
     std::vector<std::pair<std::string, std::vector<int32_t>>> index;
-    ggml_cgraph * gf = r.run(
-        [&](ggml_context * ctx, ggml_cgraph * graph) {
-            Builder b{ctx, graph, w, r.ops(ctx), lanes, {}, {}, {}};
-            ggml_tensor * out = b.build();
-            index = std::move(b.index);
-            for (const std::string & s : stages) {
-                ggml_tensor * t = ggml_get_tensor(ctx, s.c_str());
-                if (!t) fail("the codec decoder graph has no stage '%s'", s.c_str());
-                ggml_set_output(t);
+    const GraphBuild build = [&](ggml_context * ctx, ggml_cgraph * graph) {
+        Builder b{ctx, graph, w, r.ops(ctx), lanes, whole, {}, {}, {}};
+        ggml_tensor * out = b.build();
+        index = std::move(b.index);
+        for (const std::string & s : stages) {
+            ggml_tensor * t = ggml_get_tensor(ctx, s.c_str());
+            if (!t) fail("the codec decoder graph has no stage '%s'", s.c_str());
+            ggml_set_output(t);
+        }
+        return out;
+    };
+    const GraphInputs inputs = [&](ggml_cgraph * graph) {
+        const int64_t g = w.n_quantizers;
+        int64_t n_all = 0;
+        for (const Lane & ln : lanes) n_all += ln.n;
+        std::vector<int32_t> ids(static_cast<size_t>(n_all * g));
+        int64_t at = 0;
+        for (size_t i = 0; i < lanes.size(); ++i) {
+            const Lane & ln = lanes[i];
+            const int64_t n = ln.n, n_past = ln.st->n_past, n_kv = attended(ln, whole);
+            std::vector<int32_t> pos(static_cast<size_t>(n));
+            // query t (position p) sees keys p-window+1..p of its segment
+            std::vector<float> mask(static_cast<size_t>(n * n_kv), -INFINITY);
+            for (int64_t t = 0; t < n; ++t) {
+                for (int64_t q = 0; q < g; ++q) ids[q * n_all + at + t] = ln.codes[t * g + q];
+                const int64_t p = n_past + t;
+                pos[t] = static_cast<int32_t>(p);
+                for (int64_t j = std::max<int64_t>(0, p - w.sliding_window + 1); j <= p; ++j) mask[t * n_kv + j] = 0.0f;
             }
-            return out;
-        },
-        [&](ggml_cgraph * graph) {
-            const int64_t g = w.n_quantizers;
-            int64_t n_all = 0;
-            for (const Lane & ln : lanes) n_all += ln.n;
-            std::vector<int32_t> ids(static_cast<size_t>(n_all * g));
-            int64_t at = 0;
-            for (size_t i = 0; i < lanes.size(); ++i) {
-                const Lane & ln = lanes[i];
-                const int64_t n = ln.n, n_past = ln.st->n_past, n_kv = round_up(n_past + n, kVocoderKeyPad);
-                std::vector<int32_t> pos(static_cast<size_t>(n));
-                // query t (position p) sees keys p-window+1..p of its segment
-                std::vector<float> mask(static_cast<size_t>(n * n_kv), -INFINITY);
+            set_input(graph, format("cd.pos%zu", i).c_str(), pos);
+            set_input(graph, format("cd.mask%zu", i).c_str(), mask);
+            if (whole) {  // keys at their positions; V, transposed, one element per value (KvRows)
+                const TransformerHParams & hp = w.tfm.hp;
+                const int64_t hd = hp.head_dim, nkv = hp.n_head_kv, n_ctx = ln.st->n_ctx;
+                std::vector<int64_t> k_rows(static_cast<size_t>(n)), v_rows(static_cast<size_t>(hd * nkv * n));
                 for (int64_t t = 0; t < n; ++t) {
-                    for (int64_t q = 0; q < g; ++q) ids[q * n_all + at + t] = ln.codes[t * g + q];
-                    const int64_t p = n_past + t;
-                    pos[t] = static_cast<int32_t>(p);
-                    for (int64_t j = std::max<int64_t>(0, p - w.sliding_window + 1); j <= p; ++j)
-                        mask[t * n_kv + j] = 0.0f;
+                    k_rows[t] = n_past + t;
+                    for (int64_t h = 0; h < nkv; ++h) {
+                        for (int64_t c = 0; c < hd; ++c)
+                            v_rows[(t * nkv + h) * hd + c] = (h * hd + c) * n_ctx + n_past + t;
+                    }
                 }
-                set_input(graph, format("cd.pos%zu", i).c_str(), pos);
-                set_input(graph, format("cd.mask%zu", i).c_str(), mask);
-                at += n;
+                set_input(graph, format("cd.kv_rows_k%zu", i).c_str(), k_rows);
+                set_input(graph, format("cd.kv_rows_v%zu", i).c_str(), v_rows);
             }
-            set_input(graph, "cd.codes", ids);
-            for (const auto & in : index) set_input(graph, in.first.c_str(), in.second);
-        });
+            at += n;
+        }
+        set_input(graph, "cd.codes", ids);
+        for (const auto & in : index) set_input(graph, in.first.c_str(), in.second);
+    };
+    ggml_cgraph * gf = whole ? r.replay(format("vocoder/%llu/%lld/%d", static_cast<unsigned long long>(lanes[0].st->id),
+                                               static_cast<long long>(lanes[0].n), lanes[0].full ? 1 : 0),
+                                        build, inputs)
+                             : r.run(build, inputs);
     for (const Lane & ln : lanes) ln.st->n_past += ln.n;
     if (got) {
         for (const std::string & s : stages) {
@@ -458,10 +495,18 @@ std::vector<CodecStage> vocoder_stages(const Vocoder & w, const CodecRunner & r,
     return got;
 }
 
+// Spare states kept from closed streams: each holds the transformer's cache (tens of MB).
+constexpr size_t kSpareStates = 2;
+
 void VocoderStreams::open(int id, int64_t silent_frames) {
     if (silent_frames < 0) fail("decode_stream_reset: silent_frames must be >= 0");
     if (id < 0) fail("decode stream ids are >= 0, got %d", id);
+    const bool fresh = by_id_.find(id) == by_id_.end();
     CodecStream & s = by_id_[id];
+    for (int i = 0; fresh && i < 2 && !spare_.empty(); ++i) {  // reset before use: its chunk is -1
+        s.slot[i] = std::move(spare_.back());
+        spare_.pop_back();
+    }
     s.n_frames = 0;
     s.silent_until = silent_frames;
     s.chunk[0] = s.chunk[1] = -1;
@@ -479,9 +524,14 @@ CodecStream & VocoderStreams::get(int id) {
 void VocoderStreams::close(int id) {
     if (id == 0) {
         open(0, 0);
-    } else if (by_id_.erase(id) == 0) {
-        fail("decode stream %d is not open", id);
+        return;
     }
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) fail("decode stream %d is not open", id);
+    for (std::unique_ptr<VocoderState> & st : it->second.slot) {
+        if (st && spare_.size() < kSpareStates) spare_.push_back(std::move(st));
+    }
+    by_id_.erase(it);
 }
 
 }  // namespace qtts

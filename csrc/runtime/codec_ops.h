@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -72,6 +73,11 @@ using GraphBuild = std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)>;
 using GraphInputs = std::function<void(ggml_cgraph *)>;
 struct CodecRunner {
     std::function<ggml_cgraph *(const GraphBuild &, const GraphInputs &)> run;
+    // As run, but the graph is built and allocated once under `key` and computed again with new
+    // inputs whenever the same key comes back (a few keys kept, the least recent dropped), so a
+    // device can replay it (docs/architecture.md, "Graph replay"). The key must name everything
+    // the graph's topology and tensor addresses depend on.
+    std::function<ggml_cgraph *(const std::string & key, const GraphBuild &, const GraphInputs &)> replay;
     const ConvWeights * portable = nullptr;  // null: the native path
     ggml_backend_t state_backend = nullptr;  // the CPU on the native path, the model's device otherwise
     CodecOps ops(ggml_context * ctx) const { return {ctx, portable}; }

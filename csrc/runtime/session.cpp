@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include <algorithm>
+
 #include "ops/qmatmul.h"
 #include "runtime/error.h"
 #include "runtime/graph.h"
@@ -70,9 +72,16 @@ void Session::free_replays() {
     free_replay(step_);
     for (auto & w : window_steps_) free_replay(w.second);
     window_steps_.clear();
+    for (auto & c : codec_replays_) free_replay(c.second);
+    codec_replays_.clear();
 }
 
 void Session::build_replay(Replay & r, const KvCache & cache, const char * what,
+                           const std::function<void(ggml_context *, ggml_cgraph *)> & build) {
+    build_replay(r, cache.epoch(), what, build);
+}
+
+void Session::build_replay(Replay & r, uint64_t epoch, const char * what,
                            const std::function<void(ggml_context *, ggml_cgraph *)> & build) {
     free_replay(r);
     const size_t nodes = kMaxNodes;
@@ -88,7 +97,7 @@ void Session::build_replay(Replay & r, const KvCache & cache, const char * what,
         free_replay(r);
         engine_fail(log, "could not allocate the %s graph", what);
     }
-    r.cache_epoch = cache.epoch();
+    r.cache_epoch = epoch;
 }
 
 // The scheduler's buffers only ever grow to the largest graph seen: recreating it is the way
@@ -119,6 +128,7 @@ void Session::set_prefill_chunk(int n) {
 std::vector<ggml_backend_sched_t> Session::scheds() const {
     std::vector<ggml_backend_sched_t> all = {sched_, frame_.sched, step_.sched};
     for (const auto & w : window_steps_) all.push_back(w.second.sched);
+    for (const auto & c : codec_replays_) all.push_back(c.second.sched);
     return all;
 }
 
@@ -176,9 +186,50 @@ CodecRunner Session::codec_runner(const char * phase) {
         const Phase p(*this, phase);
         return run(build, inputs);
     };
+    r.replay = [this, phase](const std::string & key, const GraphBuild & build, const GraphInputs & inputs) {
+        const Phase p(*this, phase);
+        return run_replayed(key, build, inputs);
+    };
     r.portable = model_->ops == OpsPath::portable ? &model_->conv_weights : nullptr;
     r.state_backend = codec_backend();
     return r;
+}
+
+// Each kept graph holds its own compute buffer: a few suffice for a stream's chunk sizes.
+constexpr size_t kCodecReplays = 8;
+
+ggml_cgraph * Session::run_replayed(const std::string & key,
+                                    const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,
+                                    const std::function<void(ggml_cgraph *)> & set_inputs) {
+    ProfileClock clock(*this);
+    auto it =
+        std::find_if(codec_replays_.begin(), codec_replays_.end(), [&](const auto & c) { return c.first == key; });
+    if (it != codec_replays_.end()) {
+        std::rotate(it, it + 1, codec_replays_.end());  // the most recent last
+    } else {
+        if (codec_replays_.size() >= kCodecReplays) {
+            free_replay(codec_replays_.front().second);
+            codec_replays_.erase(codec_replays_.begin());
+        }
+        codec_replays_.emplace_back(key, Replay{});
+        try {
+            build_replay(codec_replays_.back().second, 1, "audio network's", [&](ggml_context * ctx, ggml_cgraph * gf) {
+                ggml_tensor * out = build(ctx, gf);
+                ggml_set_output(out);
+                ggml_build_forward_expand(gf, out);
+            });
+        } catch (...) {
+            codec_replays_.pop_back();
+            throw;
+        }
+        ++codec_replay_builds_;
+        clock.lap(":build");
+    }
+    Replay & r = codec_replays_.back().second;
+    set_inputs(r.gf);
+    clock.lap(":alloc");
+    compute(r.sched, r.gf, clock);
+    return r.gf;
 }
 
 CodecOps Session::codec_ops(ggml_context * ctx) const {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -92,6 +93,8 @@ public:
     // this session's scheduler, buffers and threads, the graphs counted under `phase` when
     // profiling.
     CodecRunner codec_runner(const char * phase);
+    // Graphs built for CodecRunner::replay so far: a replayed one is not counted again.
+    int64_t codec_replay_builds() const { return codec_replay_builds_; }
     // The vocoder's streams (nets/vocoder.h): state the streaming runner takes, kept here
     // between calls (several requests decode at once when batched, each under its own id).
     VocoderStreams & vocoder_streams() { return vocoder_streams_; }
@@ -224,12 +227,20 @@ private:
     Replay step_;
     // Elsewhere, its step over each masked window of whole buckets (kv_window) in use.
     std::map<int64_t, Replay> window_steps_;
+    // The audio nets' replayed graphs (CodecRunner::replay) by key, the most recent last.
+    std::vector<std::pair<std::string, Replay>> codec_replays_;
+    int64_t codec_replay_builds_ = 0;
+    ggml_cgraph * run_replayed(const std::string & key,
+                               const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,
+                               const std::function<void(ggml_cgraph *)> & set_inputs);
     ggml_backend_sched_t new_sched();
     std::vector<ggml_backend_sched_t> scheds() const;  // the main one and every replay's
     void free_replay(Replay & r);
     void free_replays();
     // (Re)build `r` with `build` for the current epoch of `cache`.
     void build_replay(Replay & r, const KvCache & cache, const char * what,
+                      const std::function<void(ggml_context *, ggml_cgraph *)> & build);
+    void build_replay(Replay & r, uint64_t epoch, const char * what,
                       const std::function<void(ggml_context *, ggml_cgraph *)> & build);
     void build_frame_graph(bool device, const SamplingParams & p);
     void predict_frame_steps(const std::vector<float> & hidden, std::vector<int32_t> & codes, const SamplingParams & p,

@@ -306,8 +306,9 @@ ggml_tensor * transformer_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tenso
             fail("%s: the V cache does not match the K cache", o.prefix);
         }
         const int64_t need = w.first + (w.lanes > 1 ? (w.lanes - 1) * w.lane_stride + w.n_kv : w.n_kv);
-        if (w.rows && (w.fused || n != w.lanes || !o.mask)) {
-            fail("%s: cache rows take one position per lane, a mask and a cache that is not fused", o.prefix);
+        if (w.rows && (w.fused || (w.lanes > 1 && n != w.lanes) || !o.mask)) {
+            fail("%s: cache rows take one position per lane (or a single lane), a mask and a cache that is not fused",
+                 o.prefix);
         }
         if (w.lanes < 1 || n % w.lanes != 0 || w.n_past + n / w.lanes > w.n_kv || need > n_ctx || w.first < 0 ||
             (w.lanes > 1 && w.lane_stride < w.n_kv)) {

@@ -101,3 +101,33 @@ def test_bad_items_name_the_culprit_and_leave_the_streams(session, items: list, 
     np.testing.assert_array_equal(b, a)
     session.decode_stream_close(5)
     session.decode_stream_close(6)
+
+
+def test_pushes_replay_one_graph_per_chunk_size(session) -> None:
+    """A stream's pushes of up to 8 frames replay one graph per size and state (CodecRunner::replay:
+    the transformer attends its whole cache, written at input rows), with the samples of a decode
+    at once, across the 300-frame chunk seam too; a stream opened after another closed takes its
+    state, and so its graphs."""
+    native = session.native
+
+    def pushed(codes: np.ndarray, sizes: list[int]) -> np.ndarray:
+        assert sum(sizes) == len(codes)
+        session.decode_stream_reset(stream=5)
+        got, at = [], 0
+        for k in sizes:
+            got.append(session.decode_stream_push(codes[at:at + k], stream=5))
+            at += k
+        session.decode_stream_close(5)
+        return np.concatenate(got)
+
+    codes = _codes(31, 7)
+    before = native.codec_replay_builds
+    for run in range(2):
+        built = native.codec_replay_builds
+        np.testing.assert_array_equal(pushed(codes, [1, 2, 4, 8, 8, 8]), session.decode(codes))
+        # the first run builds a graph per size (fewer if an earlier test left this state's); the
+        # second finds the closed stream's state, and every graph, kept
+        assert native.codec_replay_builds - built <= (4 if run == 0 else 0)
+    assert native.codec_replay_builds > 0 and native.codec_replay_builds - before <= 4
+    codes = _codes(340, 8)
+    np.testing.assert_array_equal(pushed(codes, [1, 2, 4] + [8] * 41 + [4, 1]), session.decode(codes))
