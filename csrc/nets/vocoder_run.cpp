@@ -480,7 +480,9 @@ std::vector<float> vocoder_decode(const Vocoder & w, const CodecRunner & r, cons
     CodecStream s;
     std::vector<VocoderPush> push(1);
     push[0] = {&s, codes.data(), n, {}};
-    vocoder_push(w, r, push);
+    CodecRunner once = r;  // its state lives for this call only: nothing to replay
+    once.replay = nullptr;
+    vocoder_push(w, once, push);
     return std::move(push[0].out);
 }
 
