@@ -454,24 +454,16 @@ class Scheduler:
         same samples as alone) and hand each to its job; a failure fails those jobs."""
         emits, self._emits = [e for e in self._emits if not e.job.done], []
         decoded = [e for e in emits if len(e.codes)]
-        t0 = time.perf_counter()
         try:
-            if decoded:
-                with self._engine.session() as s:
-                    waves = s.decode_streams_push([(e.job._stream, e.codes) for e in decoded])
-            else:
-                waves = []
+            waves = self._push([(e.job, e.codes) for e in decoded])
         except Exception as err:
             for e in emits:
                 self._fail(e.job, err)
             return
-        ms = (time.perf_counter() - t0) * 1e3
-        frames = sum(len(e.codes) for e in decoded)
         wav_of = {id(e): w for e, w in zip(decoded, waves, strict=True)}
         for e in emits:
-            job, wav = e.job, wav_of.get(id(e), np.zeros(0, dtype=np.float32))
-            job._asm.vocoder_ms += ms * len(e.codes) / frames if frames else 0.0  # its share of the call
-            job._put(job._asm.chunk(wav, e.codes, e.reason, final=e.final))
+            wav = wav_of.get(id(e), np.zeros(0, dtype=np.float32))
+            e.job._put(e.job._asm.chunk(wav, e.codes, e.reason, final=e.final))
 
     def _decode_pieces(self) -> None:
         """As Model.synthesize: the eager pieces that ended in this step, each decoded whole (an
@@ -480,27 +472,15 @@ class Scheduler:
         goes on. A failure fails those jobs."""
         pieces, self._pieces = [p for p in self._pieces if not p.job.done], []
         decoded = [p for p in pieces if len(p.codes)]
-        t0 = time.perf_counter()
         try:
-            if decoded:
-                with self._engine.session() as s:
-                    for p in decoded:
-                        if p.job._stream is None:
-                            p.job._stream = self._engine.new_stream_id()
-                        s.decode_stream_reset(stream=p.job._stream)
-                    waves = s.decode_streams_push([(p.job._stream, p.job._asm.with_ref(p.codes)) for p in decoded])
-            else:
-                waves = []
+            waves = self._push([(p.job, p.job._asm.with_ref(p.codes)) for p in decoded], fresh=True)
         except Exception as err:
             for p in pieces:
                 self._fail(p.job, err)
             return
-        ms = (time.perf_counter() - t0) * 1e3
-        frames = sum(len(p.codes) for p in decoded)
         wav_of = {id(p): w for p, w in zip(decoded, waves, strict=True)}
         for p in pieces:
             asm, wav = p.job._asm, wav_of.get(id(p))
-            asm.vocoder_ms += ms * len(p.codes) / frames if frames else 0.0  # its share of the call
             asm.add_piece(None if wav is None else asm.cut(wav, len(p.codes)), p.codes, p.last)
             if p.last:
                 asm.finish()
@@ -508,6 +488,24 @@ class Scheduler:
                 self._next_piece(p.job, p.last)
             except Exception as e:
                 self._fail(p.job, e)
+
+    def _push(self, items: list[tuple[Job, np.ndarray]], fresh: bool = False) -> list[np.ndarray]:
+        """Each job's codes pushed on its codec stream (fresh: a stream started anew), all in one
+        batched call; each job's vocoder_ms gets its frames' share of the call."""
+        if not items:
+            return []
+        t0 = time.perf_counter()
+        with self._engine.session() as s:
+            for job, _ in items if fresh else []:
+                if job._stream is None:
+                    job._stream = self._engine.new_stream_id()
+                s.decode_stream_reset(stream=job._stream)
+            waves = s.decode_streams_push([(job._stream, codes) for job, codes in items])
+        ms = (time.perf_counter() - t0) * 1e3
+        frames = sum(len(codes) for _, codes in items)
+        for job, codes in items:
+            job._asm.vocoder_ms += ms * len(codes) / frames
+        return waves
 
     def finish_timings(self, job: Job, reason: str | None) -> None:
         """The job ended; `reason` set: it ended before generating (cancelled while queued)."""
