@@ -173,11 +173,14 @@ def test_close_and_cancel_mid_text(models: dict[str, qtts.Model]) -> None:
     deadline = time.time() + 10
     while not chunks and time.time() < deadline:
         time.sleep(0.01)
-    # it waits for the rest of the text without spinning a core
-    time.sleep(0.2)
-    cpu = time.process_time()
-    time.sleep(0.5)
-    assert time.process_time() - cpu < 0.15
+    # it waits for the rest of the text without spinning a core: a spin would burn about 0.5 s of
+    # CPU in every window, while work still finishing (a chunk vocoded late on busy cores) ends
+    def window() -> float:
+        cpu = time.process_time()
+        time.sleep(0.5)
+        return time.process_time() - cpu
+
+    assert min(window() for _ in range(4)) < 0.15
     model.cancel()
     assert done.wait(5), "cancel() did not wake a stream waiting for text"
     assert chunks[-1].stop_reason == "cancelled"
