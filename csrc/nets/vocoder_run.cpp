@@ -530,8 +530,12 @@ void VocoderStreams::close(int id) {
     }
     auto it = by_id_.find(id);
     if (it == by_id_.end()) fail("decode stream %d is not open", id);
-    for (std::unique_ptr<VocoderState> & st : it->second.slot) {
-        if (st && spare_.size() < kSpareStates) spare_.push_back(std::move(st));
+    // the most recent kept (slot 1 under slot 0, so that open() gives each back to its slot)
+    for (int i = 1; i >= 0; --i) {
+        std::unique_ptr<VocoderState> & st = it->second.slot[i];
+        if (!st) continue;
+        if (spare_.size() == kSpareStates) spare_.erase(spare_.begin());
+        spare_.push_back(std::move(st));
     }
     by_id_.erase(it);
 }
