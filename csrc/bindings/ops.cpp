@@ -193,16 +193,32 @@ private:
 };
 
 py::array_t<float> run_conv_gemm(const Floats & xp, const Floats & w, int64_t n, const std::optional<Floats> & bias,
-                                 const std::optional<Floats> & residual, int64_t stride, int n_threads) {
+                                 const std::optional<Floats> & residual, int64_t stride,
+                                 const std::optional<std::vector<int32_t>> & segments, int n_threads) {
     check_threads(n_threads);
     const std::vector<int64_t> ws = shape(w, "w", {-1, -1, -1, -1});
     const int64_t panels = ws[0], K = ws[1], cin = ws[2], P = ws[3], N = panels * P;
     const int64_t T = shape(xp, "xp", {-1, cin})[0];
     if (n < 1) throw Error(format("n must be at least 1, got %lld", static_cast<long long>(n)));
     if (stride < 1) throw Error(format("stride must be at least 1, got %lld", static_cast<long long>(stride)));
-    if (stride == 1 && (T < n || (K == 1 ? T != n : (T - n) % (K - 1) != 0))) {
-        throw Error(format("xp has %lld rows: n + (K-1)*d expected for n = %lld outputs of a kernel-%lld conv",
-                           static_cast<long long>(T), static_cast<long long>(n), static_cast<long long>(K)));
+    const int64_t S = segments ? static_cast<int64_t>(segments->size()) : 1;
+    if (segments) {
+        int64_t sum = 0;
+        for (int32_t m : *segments) {
+            if (m < 1) throw Error(format("segments: every row count must be at least 1, got %d", m));
+            sum += m;
+        }
+        if (S < 1 || sum != n || stride != 1) {
+            throw Error(format("segments must be 1 or more row counts summing to n = %lld (stride 1), got %lld summing "
+                               "to %lld",
+                               static_cast<long long>(n), static_cast<long long>(S), static_cast<long long>(sum)));
+        }
+    }
+    if (stride == 1 && (T < n || (T - n) % S != 0 || (K == 1 ? T != n : (T - n) / S % (K - 1) != 0))) {
+        throw Error(format("xp has %lld rows: n + segments*(K-1)*d expected for n = %lld outputs of a kernel-%lld conv "
+                           "over %lld segments",
+                           static_cast<long long>(T), static_cast<long long>(n), static_cast<long long>(K),
+                           static_cast<long long>(S)));
     }
     if (stride > 1 && T < (n - 1) * stride + K) {
         throw Error(format("xp has %lld rows: at least (n-1)*stride + K = %lld expected", static_cast<long long>(T),
@@ -226,7 +242,12 @@ py::array_t<float> run_conv_gemm(const Floats & xp, const Floats & w, int64_t n,
         x = overlapping_rows(ctx, x, cin * K, n, stride * x->nb[1]);
         wt = ggml_reshape_4d(ctx, wt, P, cin * K, 1, panels);
     }
-    return op.run(conv_gemm(ctx, x, wt, n, b, r), n_threads);
+    ggml_tensor * seg = nullptr;
+    if (segments) {
+        py::array_t<int32_t> rows(static_cast<py::ssize_t>(S), segments->data());
+        seg = op.input_raw(GGML_TYPE_I32, S, 1, rows);
+    }
+    return op.run(conv_gemm(ctx, x, wt, n, b, r, seg), n_threads);
 }
 
 py::array_t<float> run_snake_beta(const Floats & x, const Floats & exp_alpha, const Floats & inv_beta,
@@ -408,9 +429,12 @@ void qtts::bind_ops(py::module_ & mod) {
         },
         py::arg("name"), "Test-only: make every custom op (in every model of this process) take this path.");
     m.def("conv_gemm", &run_conv_gemm, py::arg("xp"), py::arg("w"), py::arg("n"), py::arg("bias") = py::none(),
-          py::arg("residual") = py::none(), py::kw_only(), py::arg("stride") = 1, py::arg("n_threads") = 1,
+          py::arg("residual") = py::none(), py::kw_only(), py::arg("stride") = 1, py::arg("segments") = py::none(),
+          py::arg("n_threads") = 1,
           "y [n, N] = conv of xp [T, Cin] (left context first) with panels w [N/P, K, Cin, P]; dilation "
-          "(T - n) / (K - 1). stride > 1 reads windows of K rows every `stride` rows.");
+          "(T - n) / (K - 1). stride > 1 reads windows of K rows every `stride` rows. segments (row counts "
+          "summing to n): xp holds each segment's left context then its rows, one segment after the other, "
+          "dilation (T - n) / len(segments) / (K - 1); y the segments' rows.");
     m.def(
         "matmul",
         [](const Bytes & w, const std::string & type, const Floats & x, int n_threads) {

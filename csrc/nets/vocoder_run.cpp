@@ -11,8 +11,9 @@
 // padded keys only add exact zeros to the SIMD sums, so a frame's result does not depend on how
 // many frames share its graph. With several lanes, the RVQ and every conv after the transformer
 // run once over all lanes' rows: a conv with left context reads each lane's context followed by
-// its rows, all lanes one after the other, and the rows computed across a lane boundary are
-// dropped. Each output row is the same chain of float operations whatever rows surround it
+// its rows, all lanes one after the other. On the native path a segmented conv_gemm computes
+// only each lane's rows; the portable path computes the rows across a lane boundary too and drops
+// them. Each output row is the same chain of float operations whatever rows surround it
 // (ops/conv_gemm.h, "Determinism"), so a lane's samples are those it gets alone.
 #include <algorithm>
 #include <cmath>
@@ -95,11 +96,25 @@ struct Builder {
         }
         const int64_t p = lefts[0]->ne[1], nl = static_cast<int64_t>(lefts.size());
         std::vector<int32_t> idx;
-        for (int64_t i = 0, at = nl * p; i < nl; at += n[i], ++i) {
-            for (int64_t j = 0; j < p; ++j) idx.push_back(static_cast<int32_t>(i * p + j));
-            for (int64_t t = 0; t < n[i]; ++t) idx.push_back(static_cast<int32_t>(at + t));
+        ggml_tensor * xp = nullptr;
+        if (ops.portable) {
+            for (int64_t i = 0, at = nl * p; i < nl; at += n[i], ++i) {
+                for (int64_t j = 0; j < p; ++j) idx.push_back(static_cast<int32_t>(i * p + j));
+                for (int64_t t = 0; t < n[i]; ++t) idx.push_back(static_cast<int32_t>(at + t));
+            }
+            xp = ggml_get_rows(ctx, ggml_concat(ctx, concat_all(lefts), x, 1), index_input(std::move(idx)));
+        } else {
+            // ggml's CPU concat copies element by element on one thread (a large share of a
+            // batched push): instead one row gather of x to the lanes' places, the contexts' rows
+            // holding row 0 until each context is written over them in place
+            for (int64_t i = 0, at = 0; i < nl; at += n[i], ++i) {
+                idx.insert(idx.end(), static_cast<size_t>(p), 0);
+                for (int64_t t = 0; t < n[i]; ++t) idx.push_back(static_cast<int32_t>(at + t));
+            }
+            xp = ggml_get_rows(ctx, x, index_input(std::move(idx)));
+            for (int64_t i = 0, at = 0; i < nl; at += p + n[i], ++i)
+                xp = ggml_set_2d_inplace(ctx, xp, lefts[i], xp->nb[1], at * xp->nb[1]);
         }
-        ggml_tensor * xp = ggml_get_rows(ctx, ggml_concat(ctx, concat_all(lefts), x, 1), index_input(std::move(idx)));
         for (int64_t i = 0, at = 0; i < nl; at += p + n[i], ++i) {
             keep(ctx, gf, ggml_view_2d(ctx, xp, xp->ne[0], p + n[i], xp->nb[1], at * xp->nb[1]), lefts[i]);
         }
@@ -117,6 +132,16 @@ struct Builder {
         return ggml_get_rows(ctx, y, index_input(std::move(idx)));
     }
 
+    // A conv whose window spans p rows over join()'s result: each lane's n[i] rows. The native
+    // path computes only those (a segmented conv_gemm); the portable one computes the rows across
+    // each lane boundary too and drops them.
+    ggml_tensor * conv_joined(ggml_tensor * xp, ggml_tensor * panel, int64_t p, ggml_tensor * b,
+                              const std::vector<int64_t> & n) {
+        if (n.size() == 1 || ops.portable) return gather(ops.conv(xp, panel, xp->ne[1] - p, b, nullptr), p, n);
+        const int64_t m = xp->ne[1] - p * static_cast<int64_t>(n.size());
+        return ops.conv_segments(xp, panel, index_input(std::vector<int32_t>(n.begin(), n.end())), m, b);
+    }
+
     template <typename F> std::vector<ggml_tensor *> lefts(F of) const {
         std::vector<ggml_tensor *> out;
         for (VocoderState * s : st) out.push_back(of(*s));
@@ -126,9 +151,7 @@ struct Builder {
     // A causal conv of kernel k (dilation inferred from the context) over the conv-stack lanes.
     ggml_tensor * conv_left(ggml_tensor * x, ggml_tensor * panel, ggml_tensor * b,
                             const std::vector<ggml_tensor *> & l) {
-        ggml_tensor * xp = join(x, l, rows);
-        const int64_t p = l[0]->ne[1];
-        return gather(ops.conv(xp, panel, xp->ne[1] - p, b, nullptr), p, rows);
+        return conv_joined(join(x, l, rows), panel, l[0]->ne[1], b, rows);
     }
 
     // SnakeBeta of x, each lane's part preceded by its carried context (l; none: x alone).
@@ -225,7 +248,7 @@ struct Builder {
             const Vocoder::Residual & u = blk.res[j];
             ggml_tensor * xs = snake(x, u.snake1, lefts([&](VocoderState & s) { return s.blocks[b].res[j]; }));
             const int64_t p = (kVocKernel - 1) * kDilations[j];
-            ggml_tensor * h = gather(ops.conv(xs, u.conv1, xs->ne[1] - p, u.conv1_b, nullptr), p, rows);
+            ggml_tensor * h = conv_joined(xs, u.conv1, p, u.conv1_b, rows);
             // the block's output is "cd.blk<b>.res2"
             x = named(ops.conv(snake(h, u.snake2, {}), u.conv2, r * n, u.conv2_b, x), "cd.blk%d.res%d", b, j);
         }
@@ -243,10 +266,7 @@ struct Builder {
         }
         ggml_tensor * codes = input(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n_all, w.n_quantizers), "cd.codes");
         ggml_tensor * xp = join(rvq(codes, n_all), pre, n);
-        ggml_tensor * x =
-            named(gather(ops.conv(xp, w.pre_conv, xp->ne[1] - (kPreConvKernel - 1), w.pre_conv_b, nullptr),
-                         kPreConvKernel - 1, n),
-                  "cd.pre_conv");
+        ggml_tensor * x = named(conv_joined(xp, w.pre_conv, kPreConvKernel - 1, w.pre_conv_b, n), "cd.pre_conv");
         std::vector<ggml_tensor *> full;
         ggml_tensor * last = nullptr;
         for (size_t i = 0, at = 0; i < lanes.size(); at += lanes[i].n, ++i) {

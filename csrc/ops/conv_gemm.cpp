@@ -220,6 +220,44 @@ void tile(const Gemm & g, int64_t mt, [[maybe_unused]] SimdPath path) {
 
 constexpr int64_t kRowsPerItem = 48;  // time rows per work item: a multiple of the 6-row tile
 
+// Output rows [y0, y0 + n) whose windows start at xp row x0: a work item's rows, never more than
+// kRowsPerItem and never across two segments.
+struct Span {
+    int64_t y0, x0, n;
+};
+
+// The op's rows as spans. Unsegmented, output row t reads xp rows from t on; segmented (src[4],
+// the segments' row counts), segment i's rows read from past the left contexts of segments 0..i.
+// Row counts are clamped to the output so that no span leaves the tensors.
+const std::vector<Span> & spans(const ggml_tensor * dst) {
+    static thread_local std::vector<Span> out;
+    out.clear();
+    const ggml_tensor *xp = dst->src[0], *seg = dst->src[4];
+    const int64_t n = dst->ne[1];
+    auto add = [&](int64_t y0, int64_t x0, int64_t m) {
+        for (int64_t t = 0; t < m; t += kRowsPerItem) out.push_back({y0 + t, x0 + t, std::min(kRowsPerItem, m - t)});
+    };
+    if (!seg) {
+        add(0, 0, n);
+        return out;
+    }
+    const int64_t nl = seg->ne[0], pad = (xp->ne[1] - n) / nl;
+    const int32_t * rows = static_cast<const int32_t *>(seg->data);
+    for (int64_t i = 0, y = 0; i < nl; ++i) {
+        const int64_t m = std::clamp<int64_t>(rows[i], 0, n - y);
+        add(y, y + i * pad, m);
+        y += m;
+    }
+    return out;
+}
+
+// The dilation: xp holds (K-1)*d context rows per segment (one segment unless src[4] is set).
+int64_t dilation(const ggml_tensor * dst) {
+    const ggml_tensor *xp = dst->src[0], *w = dst->src[1], *seg = dst->src[4];
+    const int64_t K = w->ne[2], nl = seg ? seg->ne[0] : 1;
+    return K > 1 ? (xp->ne[1] - dst->ne[1]) / nl / (K - 1) : 0;
+}
+
 #ifdef QTTS_X86
 constexpr int64_t kLineFloats = 16;  // floats per 64-byte cache line
 static_assert(kPanelWidth == 16, "the AVX-512 kernels hold one panel row in one __m512");
@@ -234,16 +272,17 @@ float * aligned(float * p) {
 
 void conv_gemm_avx512(ggml_tensor * dst, int ith, int nth) {
     const ggml_tensor *xp = dst->src[0], *w = dst->src[1], *b = dst->src[2], *res = dst->src[3];
-    const int64_t P = kPanelWidth, cin = w->ne[1], K = w->ne[2], panels = w->ne[3], n = dst->ne[1];
-    const int64_t d = K > 1 ? (xp->ne[1] - n) / (K - 1) : 0, ldx = xp->nb[1] / sizeof(float);
+    const int64_t P = kPanelWidth, cin = w->ne[1], K = w->ne[2], panels = w->ne[3];
+    const int64_t d = dilation(dst), ldx = xp->nb[1] / sizeof(float);
     const int64_t pairs = (panels + 1) / 2, pstride = K * cin * P;
-    const int64_t chunks = (n + kRowsPerItem - 1) / kRowsPerItem, items = pairs * chunks;
+    const std::vector<Span> & sp = spans(dst);
+    const int64_t chunks = static_cast<int64_t>(sp.size()), items = pairs * chunks;
     static thread_local std::vector<float> buf;
     int64_t packed = -1;  // the pair now in buf
     const int64_t i0 = items * ith / nth, i1 = items * (ith + 1) / nth;
     for (int64_t it = i0; it < i1; ++it) {
-        const int64_t q = it / chunks, p = 2 * q, t0 = (it % chunks) * kRowsPerItem,
-                      t1 = std::min(n, t0 + kRowsPerItem);
+        const int64_t q = it / chunks, p = 2 * q;
+        const Span & s = sp[static_cast<size_t>(it % chunks)];
         const bool two = p + 1 < panels;
         const float * wp = static_cast<const float *>(w->data) + p * pstride;
         Gemm g;
@@ -273,11 +312,11 @@ void conv_gemm_avx512(ggml_tensor * dst, int ith, int nth) {
         g.dstep = d * ldx;
         g.ldr = res ? res->nb[1] / sizeof(float) : 0;
         g.ldy = dst->nb[1] / sizeof(float);
-        for (int64_t t = t0; t < t1; t += 12) {
-            g.x = static_cast<const float *>(xp->data) + t * ldx;
-            g.res = res ? static_cast<const float *>(res->data) + t * g.ldr + p * P : nullptr;
-            g.y = static_cast<float *>(dst->data) + t * g.ldy + p * P;
-            const int64_t mt = std::min<int64_t>(12, t1 - t);
+        for (int64_t t = 0; t < s.n; t += 12) {
+            g.x = static_cast<const float *>(xp->data) + (s.x0 + t) * ldx;
+            g.res = res ? static_cast<const float *>(res->data) + (s.y0 + t) * g.ldr + p * P : nullptr;
+            g.y = static_cast<float *>(dst->data) + (s.y0 + t) * g.ldy + p * P;
+            const int64_t mt = std::min<int64_t>(12, s.n - t);
             if (two)
                 tile_rows_avx512<2>(g, ps, cs, mt);
             else
@@ -289,16 +328,18 @@ void conv_gemm_avx512(ggml_tensor * dst, int ith, int nth) {
 
 void conv_gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor *xp = dst->src[0], *w = dst->src[1], *b = dst->src[2], *res = dst->src[3];
-    const int64_t P = w->ne[0], cin = w->ne[1], K = w->ne[2], panels = w->ne[3], n = dst->ne[1];
-    const int64_t d = K > 1 ? (xp->ne[1] - n) / (K - 1) : 0, ldx = xp->nb[1] / sizeof(float);
+    const int64_t P = w->ne[0], cin = w->ne[1], K = w->ne[2], panels = w->ne[3];
+    const int64_t d = dilation(dst), ldx = xp->nb[1] / sizeof(float);
     const SimdPath path = simd_path();
 #ifdef QTTS_X86
     if (P == kPanelWidth && path == SimdPath::avx512) return conv_gemm_avx512(dst, ith, nth);
 #endif
-    const int64_t chunks = (n + kRowsPerItem - 1) / kRowsPerItem, items = panels * chunks;
+    const std::vector<Span> & sp = spans(dst);
+    const int64_t chunks = static_cast<int64_t>(sp.size()), items = panels * chunks;
     // contiguous item ranges keep a thread on one panel, whose weights then stay in its L2
     for (int64_t it = items * ith / nth; it < items * (ith + 1) / nth; ++it) {
-        const int64_t p = it / chunks, t0 = (it % chunks) * kRowsPerItem, t1 = std::min(n, t0 + kRowsPerItem);
+        const int64_t p = it / chunks;
+        const Span & s = sp[static_cast<size_t>(it % chunks)];
         Gemm g;
         g.w = static_cast<const float *>(w->data) + p * K * cin * P;
         g.b = b ? static_cast<const float *>(b->data) + p * P : nullptr;
@@ -309,11 +350,11 @@ void conv_gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
         g.dstep = d * ldx;
         g.ldr = res ? res->nb[1] / sizeof(float) : 0;
         g.ldy = dst->nb[1] / sizeof(float);
-        for (int64_t t = t0; t < t1; t += 6) {
-            g.x = static_cast<const float *>(xp->data) + t * ldx;
-            g.res = res ? static_cast<const float *>(res->data) + t * g.ldr + p * P : nullptr;
-            g.y = static_cast<float *>(dst->data) + t * g.ldy + p * P;
-            tile(g, std::min<int64_t>(6, t1 - t), path);
+        for (int64_t t = 0; t < s.n; t += 6) {
+            g.x = static_cast<const float *>(xp->data) + (s.x0 + t) * ldx;
+            g.res = res ? static_cast<const float *>(res->data) + (s.y0 + t) * g.ldr + p * P : nullptr;
+            g.y = static_cast<float *>(dst->data) + (s.y0 + t) * g.ldy + p * P;
+            tile(g, std::min<int64_t>(6, s.n - t), path);
         }
     }
 }
@@ -321,17 +362,24 @@ void conv_gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
 }  // namespace
 
 ggml_tensor * conv_gemm(ggml_context * ctx, ggml_tensor * xp, ggml_tensor * w, int64_t n, ggml_tensor * b,
-                        ggml_tensor * res) {
+                        ggml_tensor * res, ggml_tensor * segments) {
     const int64_t N = w->ne[0] * w->ne[3], K = w->ne[2], pad = xp->ne[1] - n;
+    if (segments && (segments->type != GGML_TYPE_I32 || ggml_n_dims(segments) != 1 || !ggml_is_contiguous(segments) ||
+                     n < segments->ne[0])) {
+        fail("conv_gemm: segments must be a 1-D I32 tensor of at most n row counts");
+    }
+    const int64_t nl = segments ? segments->ne[0] : 1, per = pad / nl;  // context rows per segment
     if (!rows_contiguous(xp) || !ggml_is_contiguous(w) || w->type != GGML_TYPE_F32 || xp->ne[0] != w->ne[1] || n < 1 ||
-        pad < 0 || (K == 1 ? pad != 0 : pad % (K - 1) != 0) || (b && (b->ne[0] != N || !ggml_is_contiguous(b))) ||
+        pad < 0 || pad % nl != 0 || (K == 1 ? per != 0 : per % (K - 1) != 0) ||
+        (b && (b->ne[0] != N || !ggml_is_contiguous(b))) ||
         (res && (res->ne[0] != N || res->ne[1] != n || !rows_contiguous(res)))) {
         fail("conv_gemm: inconsistent operands");
     }
-    // a missing bias keeps its slot so that a residual is always src[3]
-    ggml_tensor * args[4] = {xp, w, b, res};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, N, n, 1, 1, args, res ? 4 : (b ? 3 : 2), conv_gemm_op, GGML_N_TASKS_MAX,
-                          nullptr);
+    // a missing bias or residual keeps its slot so that a residual is always src[3], the
+    // segments src[4]
+    ggml_tensor * args[5] = {xp, w, b, res, segments};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, N, n, 1, 1, args, segments ? 5 : (res ? 4 : (b ? 3 : 2)), conv_gemm_op,
+                          GGML_N_TASKS_MAX, nullptr);
 }
 
 }  // namespace qtts

@@ -22,7 +22,14 @@ namespace qtts {
 // multiply-adds lane by lane). The scalar path, and on every path the lanes of a panel beyond
 // its last whole vector (8 lanes on x86, 4 on neon), run plain C++ (on x86 a separate multiply
 // and add): they agree with the vector lanes to float rounding only.
+//
+// Segmented (`segments` set: I32 [S], the segments' output row counts, summing to n; read when
+// the op runs, so a graph input): xp holds S segments one after the other, each its (K-1)*d rows
+// of left context followed by the rows its outputs read; y holds the segments' output rows one
+// after the other. No output row is computed over a window that spans two segments: several
+// streams' convs in one op, each as if alone (docs/serving.md, "Batched vocoder"). Each output
+// row is the same chain of float operations as unsegmented.
 ggml_tensor * conv_gemm(ggml_context * ctx, ggml_tensor * xp, ggml_tensor * w, int64_t n, ggml_tensor * b,
-                        ggml_tensor * res);
+                        ggml_tensor * res, ggml_tensor * segments = nullptr);
 
 }  // namespace qtts

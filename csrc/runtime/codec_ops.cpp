@@ -71,6 +71,12 @@ ggml_tensor * CodecOps::conv(ggml_tensor * xp, ggml_tensor * panel, int64_t n, g
     return conv_gemm(ctx, overlapping_rows(ctx, xp, cin * k, n, s * xp->nb[1]), w1, n, b, res);
 }
 
+ggml_tensor * CodecOps::conv_segments(ggml_tensor * xp, ggml_tensor * panel, ggml_tensor * segments, int64_t n,
+                                      ggml_tensor * b) const {
+    if (portable) fail("conv_segments: the portable path has no segmented conv");
+    return conv_gemm(ctx, xp, panel, n, b, nullptr, segments);
+}
+
 ggml_tensor * CodecOps::snake(ggml_tensor * x, ggml_tensor * exp_alpha, ggml_tensor * inv_beta,
                               ggml_tensor * left) const {
     return portable ? stock_snake(ctx, x, exp_alpha, inv_beta, left) : snake_beta(ctx, x, exp_alpha, inv_beta, left);

@@ -61,6 +61,11 @@ struct CodecOps {
     // every s rows of xp.
     ggml_tensor * conv(ggml_tensor * xp, ggml_tensor * panel, int64_t n, ggml_tensor * b, ggml_tensor * res,
                        int64_t k = 1, int64_t s = 1) const;
+    // The native path's segmented conv_gemm (ops/conv_gemm.h): several streams' causal convs in
+    // one op, none of the rows across their boundaries computed. The portable path has none (an
+    // Error): it convolves the joined rows and drops those (nets/vocoder_run.cpp).
+    ggml_tensor * conv_segments(ggml_tensor * xp, ggml_tensor * panel, ggml_tensor * segments, int64_t n,
+                                ggml_tensor * b) const;
     ggml_tensor * snake(ggml_tensor * x, ggml_tensor * exp_alpha, ggml_tensor * inv_beta, ggml_tensor * left) const;
     ggml_tensor * elu(ggml_tensor * x, ggml_tensor * left, int64_t pad) const;
     ggml_tensor * time_stats(ggml_tensor * x, ggml_tensor * logits) const;

@@ -65,6 +65,32 @@ def test_streams_together_equal_alone(session) -> None:
     assert min(np.concatenate(g).std() for g in got.values()) > 0.05  # audible, not a trivial match
 
 
+def test_many_streams_of_one_and_eight_frame_pushes(session) -> None:
+    # 18 streams, more than one graph holds (16 lanes): one-frame pushes beside eight-frame ones,
+    # so the conv contexts of the joined rows are longer than some streams' rows; two start with
+    # ICL reference frames, two arrive late
+    plan = {s: (11 + s % 4, 5 if s in (3, 10) else 0, 2 if s in (7, 16) else 0, 1 if s % 2 else 8)
+            for s in range(1, 19)}
+    codes = {s: _codes(n, 40 + s) for s, (n, _, _, _) in plan.items()}
+    got: dict[int, list[np.ndarray]] = {s: [] for s in plan}
+    at = dict.fromkeys(plan, 0)
+    step = 0
+    while any(at[s] < len(codes[s]) for s in plan):
+        items = []
+        for s, (n, silent, arrive, k) in plan.items():
+            if step == arrive:
+                session.decode_stream_reset(silent_frames=silent, stream=s)
+            if step >= arrive and at[s] < n:
+                items.append((s, codes[s][at[s]:at[s] + k]))
+                at[s] = min(n, at[s] + k)
+        for (s, _), wav in zip(items, session.decode_streams_push(items), strict=True):
+            got[s].append(wav)
+        step += 1
+    for s, (_, silent, _, _) in plan.items():
+        np.testing.assert_array_equal(np.concatenate(got[s]), _alone(session, codes[s], silent), err_msg=f"stream {s}")
+        session.decode_stream_close(s)
+
+
 def test_empty_and_single_items(session) -> None:
     codes = _codes(6, 3)
     session.decode_stream_reset(stream=7)

@@ -292,6 +292,26 @@ def test_conv_gemm_does_not_depend_on_the_time_range(path: str, cout: int) -> No
     np.testing.assert_array_equal(np.concatenate(pieces), whole)
 
 
+@pytest.mark.parametrize("n_threads", THREADS)
+@pytest.mark.parametrize("cout, k, d, rows", [(20, 7, 9, (1, 8, 2, 13, 1)), (32, 7, 3, (50, 1, 61)),
+                                              (48, 3, 1, (4, 4, 4, 4, 4, 4, 4, 4, 4)), (24, 1, 1, (3, 100))])
+def test_conv_gemm_segmented_equals_each_segment_alone(path: str, cout: int, k: int, d: int, rows: tuple[int, ...],
+                                                       n_threads: int) -> None:
+    """Several streams' convs in one segmented call (the batched vocoder's, docs/serving.md): each
+    segment's rows bit-identical to its own call, none computed across a boundary; segments shorter
+    than the context, and than one tile, next to ones over a 48-row work item."""
+    rng = np.random.default_rng(cout + len(rows))
+    cin, p = 12, (k - 1) * d
+    w = _conv_panels([f32(rng, cout, cin, k)])
+    parts = [f32(rng, p + m, cin) for m in rows]
+    bias, res = f32(rng, cout), f32(rng, sum(rows), cout)
+    y = ops.conv_gemm(np.concatenate(parts), w, sum(rows), bias, res, segments=list(rows), n_threads=n_threads)
+    cuts = np.cumsum((0, *rows))
+    alone = [ops.conv_gemm(x, w, m, bias, res[a:b], n_threads=n_threads)
+             for x, m, a, b in zip(parts, rows, cuts, cuts[1:], strict=False)]
+    np.testing.assert_array_equal(y, np.concatenate(alone))
+
+
 def test_rowwise_ops_do_not_depend_on_the_time_range(path: str) -> None:
     rng = np.random.default_rng(3)
     x = f32(rng, 45, 29, scale=3.0)
@@ -361,6 +381,10 @@ Z = np.zeros
     (lambda: ops.conv_gemm(Z((9, 4)), Z((1, 4, 4, 8)), 3, stride=3), r"at least \(n-1\)\*stride \+ K = 10"),
     (lambda: ops.conv_gemm(Z((10, 4)), Z((1, 7, 4, 8)), 4, n_threads=0), "n_threads must be at least 1"),
     (lambda: ops.conv_gemm(Z((0, 4)), Z((1, 1, 4, 8)), 1), "xp has an empty dimension"),
+    (lambda: ops.conv_gemm(Z((16, 4)), Z((1, 7, 4, 8)), 4, segments=[3, 2]), "segments must be 1 or more row counts "
+                                                                             "summing to n = 4"),
+    (lambda: ops.conv_gemm(Z((16, 4)), Z((1, 7, 4, 8)), 4, segments=[4, 0]), "every row count must be at least 1"),
+    (lambda: ops.conv_gemm(Z((15, 4)), Z((1, 7, 4, 8)), 4, segments=[2, 2]), "xp has 15 rows"),
     (lambda: ops.snake_beta(Z((3, 4)), Z(5), Z(4)), "exp_alpha: dimension 0 is 5"),
     (lambda: ops.snake_beta(Z((3, 4)), Z(4), Z(4), Z((2, 3))), "left: dimension 1 is 3"),
     (lambda: ops.snake_beta(Z(4), Z(4), Z(4)), "x must be a 2-D array"),
