@@ -359,7 +359,7 @@ void GgufFile::place_joined(ggml_backend_buffer_type_t buft, bool copy,
                             std::vector<ggml_backend_buffer_t> & bufs) {
     GgmlErrorCapture log;
     const size_t align = ggml_backend_buft_get_alignment(buft);
-    size_t size = align;
+    size_t size = 0;
     std::vector<Joined *> todo;
     for (Joined & j : joined_) {
         if (j.copy != copy || j.whole->data || !which(j)) continue;
@@ -487,6 +487,9 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
         }
         if (host) {
             read_rest(huge);
+            for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
+                if (t->buffer != mapped) read_not_mapped_ += ggml_nbytes(t);
+            }
             place_copies();
             return bufs;
         }

@@ -77,6 +77,9 @@ public:
                                              const std::set<std::string> & huge_pages = {});
     // Bytes of weights place() read into huge pages.
     size_t huge_page_bytes() const;
+    // Bytes of weights the CPU device's file mapping spans but place() read into memory of their
+    // own (huge pages, joined weights): the mapping's pages of those are never touched.
+    size_t read_not_mapped() const { return read_not_mapped_; }
     // Whether place() read `t` into huge pages: memory of this process's own, which may be
     // rewritten (a mapped tensor is the file's read-only pages).
     bool in_huge_pages(const ggml_tensor * t) const;
@@ -105,6 +108,7 @@ private:
     gguf_context * gguf_ = nullptr;
     ggml_context * meta_ = nullptr;
     std::set<std::string> requested_;
+    size_t read_not_mapped_ = 0;
     ggml_context * joined_ctx_ = nullptr;
     std::vector<Joined> joined_;
     std::unique_ptr<MappedFile> map_;

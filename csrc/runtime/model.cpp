@@ -157,9 +157,7 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     }
     if (ops == OpsPath::portable) conv_weights.build(convs, device);
     for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);
-    if (huge_page_bytes > 0) {  // the file mapping spans them too, unread
-        for (const std::string & name : streamed) weight_bytes -= ggml_nbytes(ggml_get_tensor(f.meta(), name.c_str()));
-    }
+    weight_bytes -= f.read_not_mapped();  // the file mapping spans them too, unread
     weight_bytes += conv_weights.bytes();
     const std::string dev = ggml_backend_dev_name(device);
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);

@@ -306,8 +306,9 @@ struct LayerBuilder {
                 ggml_tensor * k_all = ggml_reshape_2d(ctx, ck, hd * nkv, ck->ne[2]);
                 ggml_tensor * v_all = ggml_reshape_2d(ctx, cv, 1, ggml_nelements(cv));
                 // v's values one per row: a view of a joined product's v has a gap between
-                // positions, which set_rows' rows of one value cannot step over
-                if (!ggml_is_contiguous(v)) v = ggml_cont(ctx, v);
+                // positions, which set_rows' rows of one value cannot step over. Copied for one
+                // lane too, so that the step's nodes do not depend on the lanes.
+                if (v->nb[2] != v->nb[1] * v->ne[1]) v = ggml_cont(ctx, v);
                 ggml_build_forward_expand(gf, ggml_set_rows(ctx, k_all, positions(k), kv->rows->k));
                 ggml_build_forward_expand(
                     gf, ggml_set_rows(ctx, v_all, ggml_reshape_2d(ctx, v, 1, ggml_nelements(v)), kv->rows->v));

@@ -45,7 +45,7 @@ def test_joined_weights_in_huge_pages_and_mapped_give_the_same_bits(gguf_dir: Pa
     path = gguf_dir / f"tiny_custom_voice-{qtype}.gguf"
     huge, huge_nodes = _run(path, "native", True)
     mapped, mapped_nodes = _run(path, "native", False)
-    for got, want in zip(mapped, huge):
+    for got, want in zip(mapped, huge, strict=True):
         assert got.size > 0
         np.testing.assert_array_equal(got, want)
     assert mapped_nodes == huge_nodes
@@ -55,7 +55,8 @@ def test_joined_weights_in_huge_pages_and_mapped_give_the_same_bits(gguf_dir: Pa
 def test_a_layer_whose_parts_differ_in_type_keeps_separate_products(gguf_dir: Path, tmp_path: Path,
                                                                     ops: str) -> None:
     """The talker's layer 0 with attn_v in Q8_0 (as the K-quant targets store attn_v in Q6_K) keeps
-    three q, k, v products, two norms and two RoPEs: 5 computed nodes more per step; the code
+    three q, k, v products, two norms and two RoPEs: 5 computed nodes more per step (4 on the
+    portable path, where a joined layer's step copies its strided v before set_rows); the code
     predictor's layer 1 with ffn_up in BF16 keeps two MLP products: one node more per step, 15 per
     frame. The other layers stay joined."""
     src = gguf_dir / "tiny_custom_voice-f32.gguf"
@@ -63,9 +64,10 @@ def test_a_layer_whose_parts_differ_in_type_keeps_separate_products(gguf_dir: Pa
     mixed = corrupt.retype_tensor(mixed, tmp_path / "mixed.gguf", "code_pred.blk.1.ffn_up.weight", GT.BF16)
     joined = _run(src, ops, ops == "native")[1]
     outs, nodes = _run(mixed, ops, ops == "native")
-    assert nodes == {"talker": joined["talker"] + 5, "predictor": joined["predictor"] + 15}
+    more = 5 if ops == "native" else 4
+    assert nodes == {"talker": joined["talker"] + more, "predictor": joined["predictor"] + 15}
     assert outs[0].shape[0] > 0 and outs[2].size > 0
     if ops == "native":  # the separate products in huge pages and mapped: the same bits
         again = _run(mixed, ops, False)[0]
-        for got, want in zip(again, outs):
+        for got, want in zip(again, outs, strict=True):
             np.testing.assert_array_equal(got, want)
