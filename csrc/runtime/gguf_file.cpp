@@ -1,7 +1,5 @@
 #include "runtime/gguf_file.h"
 
-#include "ggml-alloc.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>

@@ -43,8 +43,8 @@ namespace {
 
 // A QWEN3 layer's joined weights (TransformerLayer::wqkv ...), where its parts allow.
 void join_layer(GgufFile & f, TransformerLayer & l, const TransformerHParams & hp, const std::string & blk) {
-    // the converter writes q, k, v and gate, up in this order, end to end; K-quant mixes give
-    // attn_v another type (convert/quantize.py): those layers keep the separate products
+    // parts of one type (K-quant targets give attn_v another type, convert/quantize.py: those
+    // layers keep separate q, k, v products); GgufFile::place lays the parts end to end
     l.wqkv = f.join(blk + "attn_qkv.weight", {l.wq, l.wk, l.wv}, /*copy=*/false);
     l.ffn_gate_up = f.join(blk + "ffn_gate_up.weight", {l.ffn_gate, l.ffn_up}, /*copy=*/false);
     if (!l.wqkv) return;
