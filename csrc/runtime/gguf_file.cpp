@@ -1,7 +1,5 @@
 #include "runtime/gguf_file.h"
 
-#include "ggml-alloc.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -196,6 +194,7 @@ void GgufFile::check_strings() const {
 }
 
 GgufFile::~GgufFile() {
+    if (joined_ctx_) ggml_free(joined_ctx_);
     if (meta_) ggml_free(meta_);
     if (gguf_) gguf_free(gguf_);
 }
@@ -326,6 +325,71 @@ ggml_tensor * GgufFile::tensor(const std::string & name, std::initializer_list<i
     return t;
 }
 
+ggml_tensor * GgufFile::join(const std::string & name, const std::vector<ggml_tensor *> & parts, bool copy) {
+    int64_t rows = 0;
+    bool end_to_end = !copy;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const ggml_tensor * p = parts[i];
+        if (!requested_.count(p->name) || p->ne[2] != 1 || p->ne[3] != 1) {
+            fail("%s: cannot join '%s' into '%s'", path_.c_str(), p->name, name.c_str());
+        }
+        if (p->type != parts[0]->type || p->ne[0] != parts[0]->ne[0]) return nullptr;
+        rows += p->ne[1];
+        if (i == 0) continue;
+        const ggml_tensor * prev = parts[i - 1];
+        const uint64_t end = gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, prev->name)) + ggml_nbytes(prev);
+        end_to_end = end_to_end && end == gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, p->name));
+    }
+    if (parts.empty() || name.size() >= GGML_MAX_NAME) fail("%s: cannot join '%s'", path_.c_str(), name.c_str());
+    if (!joined_ctx_) {
+        // every join takes two parts or more: at most as many joins as tensors
+        const size_t n = static_cast<size_t>(gguf_get_n_tensors(gguf_)) + 1;
+        joined_ctx_ = ggml_init({n * ggml_tensor_overhead(), nullptr, /*no_alloc=*/true});
+    }
+    ggml_tensor * t = ggml_new_tensor_2d(joined_ctx_, parts[0]->type, parts[0]->ne[0], rows);
+    ggml_set_name(t, name.c_str());
+    joined_.push_back({t, parts, copy, end_to_end});
+    return t;
+}
+
+void GgufFile::place_joined(ggml_backend_buffer_type_t buft, bool copy,
+                            const std::function<bool(const Joined &)> & which,
+                            std::vector<ggml_backend_buffer_t> & bufs) {
+    GgmlErrorCapture log;
+    const size_t align = ggml_backend_buft_get_alignment(buft);
+    size_t size = 0;
+    std::vector<Joined *> todo;
+    for (Joined & j : joined_) {
+        if (j.copy != copy || j.whole->data || !which(j)) continue;
+        todo.push_back(&j);
+        size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, j.whole), align);
+    }
+    if (todo.empty()) return;
+    ggml_backend_buffer_t b = ggml_backend_buft_alloc_buffer(buft, size);
+    if (!b) engine_fail(log, "%s: out of memory for the joined weights", path_.c_str());
+    ggml_backend_buffer_set_usage(b, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    bufs.push_back(b);
+    ggml_tallocr ta = ggml_tallocr_new(b);
+    std::vector<uint8_t> tmp;
+    for (Joined * j : todo) {
+        if (ggml_tallocr_alloc(&ta, j->whole) != GGML_STATUS_SUCCESS) {
+            engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), j->whole->name);
+        }
+        size_t at = 0;
+        for (ggml_tensor * p : j->parts) {
+            if (copy) {  // the parts are placed and filled: copy their rows
+                tmp.resize(ggml_nbytes(p));
+                ggml_backend_tensor_get(p, tmp.data(), 0, tmp.size());
+                ggml_backend_tensor_set(j->whole, tmp.data(), at, tmp.size());
+            } else if (ggml_backend_tensor_alloc(b, p, static_cast<uint8_t *>(j->whole->data) + at) !=
+                       GGML_STATUS_SUCCESS) {
+                engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), p->name);
+            }
+            at += ggml_nbytes(p);
+        }
+    }
+}
+
 void GgufFile::check_complete() const {
     const size_t data_offset = gguf_get_data_offset(gguf_);
     for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) {
@@ -357,7 +421,33 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
     if (cpu) ggml_backend_dev_get_props(cpu, &props);
     bool any_host = false;
     for (int64_t i = 0; i < n; ++i) any_host = any_host || on_host(gguf_get_tensor_name(gguf_, i));
-    ggml_backend_buffer_t mapped = nullptr;
+    auto joined_on = [&](bool want_host) {
+        return [&, want_host](const Joined & j) { return on_host(j.parts[0]->name) == want_host; };
+    };
+    // the copied joins last, from their placed and filled parts
+    auto place_copies = [&] {
+        if (cpu) place_joined(ggml_backend_dev_buffer_type(cpu), true, joined_on(true), bufs);
+        if (!host) place_joined(ggml_backend_dev_buffer_type(dev), true, joined_on(false), bufs);
+    };
+    ggml_backend_buffer_t mapped = nullptr, huge = nullptr;
+    // fill every tensor that is neither mapped nor in `done` from the file
+    auto read_rest = [&](ggml_backend_buffer_t done) {
+        FILE * f = std::fopen(path_.c_str(), "rb");
+        if (!f) fail("%s: cannot open: %s", path_.c_str(), std::strerror(errno));
+        std::vector<uint8_t> tmp;
+        for (int64_t i = 0; i < n; ++i) {
+            ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
+            if (t->buffer == mapped || (done && t->buffer == done)) continue;
+            tmp.resize(ggml_nbytes(t));
+            std::fseek(f, static_cast<long>(data_offset + gguf_get_tensor_offset(gguf_, i)), SEEK_SET);
+            if (std::fread(tmp.data(), 1, tmp.size(), f) != tmp.size()) {
+                std::fclose(f);
+                fail("%s: short read of tensor '%s'", path_.c_str(), t->name);
+            }
+            ggml_backend_tensor_set(t, tmp.data(), 0, tmp.size());
+        }
+        std::fclose(f);
+    };
     if (any_host && cpu && props.caps.buffer_from_host_ptr) {
         map_ = std::make_unique<MappedFile>(path_);
         size_t max_tensor = 0;
@@ -369,25 +459,47 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
         bufs.push_back(mapped);
         // on another device the streamed weights are the device's
         if (host && !huge_pages.empty() && huge_pages_available()) {
-            if (ggml_backend_buffer_t hb = read_into_huge_pages(cpu, huge_pages)) bufs.push_back(hb);
+            huge = read_into_huge_pages(cpu, huge_pages);
+            if (huge) bufs.push_back(huge);
         }
+        // joins whose parts are neither in huge pages nor end to end in the file: a buffer of their
+        // own, read from the file below (like the huge pages, the only resident copy)
+        place_joined(
+            ggml_backend_dev_buffer_type(cpu), false,
+            [&](const Joined & j) { return on_host(j.parts[0]->name) && !j.parts[0]->data && !j.end_to_end; }, bufs);
         for (int64_t i = 0; i < n; ++i) {
             if (!on_host(gguf_get_tensor_name(gguf_, i))) continue;
             ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
-            if (t->data) continue;  // in huge pages
+            if (t->data) continue;  // in huge pages or a join's buffer
             if (ggml_backend_tensor_alloc(mapped, t, base + gguf_get_tensor_offset(gguf_, i)) != GGML_STATUS_SUCCESS) {
                 engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), t->name);
             }
         }
-        if (host) return bufs;
+        // the other joins span their parts where they lie end to end: in huge pages or in the file
+        for (Joined & j : joined_) {
+            ggml_tensor * first = j.parts[0];
+            if (j.copy || j.whole->data || !on_host(first->name)) continue;
+            if (ggml_backend_tensor_alloc(first->buffer, j.whole, first->data) != GGML_STATUS_SUCCESS) {
+                engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), j.whole->name);
+            }
+        }
+        if (host) {
+            read_rest(huge);
+            for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
+                if (t->buffer != mapped) read_not_mapped_ += ggml_nbytes(t);
+            }
+            place_copies();
+            return bufs;
+        }
     } else if (any_host && !host) {
         if (!cpu) engine_fail(log, "%s: no CPU device for the codec weights", path_.c_str());
+        place_joined(ggml_backend_dev_buffer_type(cpu), false, joined_on(true), bufs);
         // no mapping: the host tensors get a CPU buffer of their own, filled below
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(cpu);
         const size_t align = ggml_backend_buft_get_alignment(buft);
         size_t size = align;
         for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
-            if (on_host(t->name)) size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+            if (on_host(t->name) && !t->data) size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
         }
         ggml_backend_buffer_t hb = ggml_backend_buft_alloc_buffer(buft, size);
         if (!hb) engine_fail(log, "%s: out of host memory for the codec weights", path_.c_str());
@@ -395,33 +507,21 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
         bufs.push_back(hb);
         ggml_tallocr ta = ggml_tallocr_new(hb);
         for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
-            if (on_host(t->name) && ggml_tallocr_alloc(&ta, t) != GGML_STATUS_SUCCESS) {
+            if (on_host(t->name) && !t->data && ggml_tallocr_alloc(&ta, t) != GGML_STATUS_SUCCESS) {
                 engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), t->name);
             }
         }
     }
 
-    // everything not placed yet goes to the device
+    // everything not placed yet goes to the device, each join's parts end to end in a buffer of their own
+    place_joined(ggml_backend_dev_buffer_type(dev), false, joined_on(false), bufs);
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(meta_, ggml_backend_dev_buffer_type(dev));
     if (!buf)
         engine_fail(log, "%s: out of device memory for the weights on %s", path_.c_str(), ggml_backend_dev_name(dev));
     ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     bufs.push_back(buf);
-    FILE * f = std::fopen(path_.c_str(), "rb");
-    if (!f) fail("%s: cannot open: %s", path_.c_str(), std::strerror(errno));
-    std::vector<uint8_t> tmp;
-    for (int64_t i = 0; i < n; ++i) {
-        ggml_tensor * t = ggml_get_tensor(meta_, gguf_get_tensor_name(gguf_, i));
-        if (t->buffer == mapped) continue;
-        tmp.resize(ggml_nbytes(t));
-        std::fseek(f, static_cast<long>(data_offset + gguf_get_tensor_offset(gguf_, i)), SEEK_SET);
-        if (std::fread(tmp.data(), 1, tmp.size(), f) != tmp.size()) {
-            std::fclose(f);
-            fail("%s: short read of tensor '%s'", path_.c_str(), t->name);
-        }
-        ggml_backend_tensor_set(t, tmp.data(), 0, tmp.size());
-    }
-    std::fclose(f);
+    read_rest(nullptr);
+    place_copies();
     return bufs;
 }
 
@@ -436,16 +536,35 @@ ggml_backend_buffer_t GgufFile::read_into_huge_pages(ggml_backend_dev_t cpu, con
     GgmlErrorCapture log;
     constexpr size_t kAlign = 64;
     size_t bytes = 0, max_tensor = 0;
-    std::vector<std::pair<size_t, ggml_tensor *>> order;  // by file offset: one forward pass over the file
+    // Runs of tensors placed end to end (a join's parts, all of them or none; otherwise one
+    // tensor), by the file offset of their first: close to one forward pass over the file.
+    std::vector<std::pair<size_t, std::vector<ggml_tensor *>>> runs;
+    std::set<std::string> joined;
+    auto offset = [&](const ggml_tensor * t) {
+        return gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, t->name));
+    };
+    auto add = [&](std::vector<ggml_tensor *> run) {
+        size_t n = 0;
+        for (ggml_tensor * t : run) n += ggml_nbytes(t);
+        bytes += GGML_PAD(n, kAlign);
+        max_tensor = std::max(max_tensor, n);
+        runs.emplace_back(offset(run[0]), std::move(run));
+    };
+    for (const Joined & j : joined_) {
+        if (j.copy) continue;
+        bool all = true;
+        for (const ggml_tensor * p : j.parts) all = all && names.count(p->name) > 0;
+        for (const ggml_tensor * p : j.parts) joined.insert(p->name);
+        if (all) add(j.parts);
+    }
     for (const std::string & name : names) {
         ggml_tensor * t = ggml_get_tensor(meta_, name.c_str());
-        const int64_t id = gguf_find_tensor(gguf_, name.c_str());
-        if (!t || id < 0) fail("%s: no tensor '%s' to read into huge pages", path_.c_str(), name.c_str());
-        bytes += GGML_PAD(ggml_nbytes(t), kAlign);
-        max_tensor = std::max(max_tensor, ggml_nbytes(t));
-        order.emplace_back(gguf_get_tensor_offset(gguf_, id), t);
+        if (!t || gguf_find_tensor(gguf_, name.c_str()) < 0) {
+            fail("%s: no tensor '%s' to read into huge pages", path_.c_str(), name.c_str());
+        }
+        if (!joined.count(name)) add({t});
     }
-    std::sort(order.begin(), order.end(), [](const auto & a, const auto & b) { return a.first < b.first; });
+    std::sort(runs.begin(), runs.end(), [](const auto & a, const auto & b) { return a.first < b.first; });
     try {
         huge_ = std::make_unique<HugePageBuffer>(bytes);
     } catch (const EngineError &) {
@@ -459,17 +578,20 @@ ggml_backend_buffer_t GgufFile::read_into_huge_pages(ggml_backend_dev_t cpu, con
     if (!in) fail("%s: cannot open: %s", path_.c_str(), std::strerror(errno));
     const size_t data_offset = gguf_get_data_offset(gguf_);
     uint8_t * at = huge_->data();
-    for (const auto & [offset, t] : order) {
-        if (ggml_backend_tensor_alloc(buf, t, at) != GGML_STATUS_SUCCESS) {
-            ggml_backend_buffer_free(buf);
-            engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), t->name);
+    for (const auto & [first, run] : runs) {
+        for (ggml_tensor * t : run) {
+            if (ggml_backend_tensor_alloc(buf, t, at) != GGML_STATUS_SUCCESS) {
+                ggml_backend_buffer_free(buf);
+                engine_fail(log, "%s: cannot place tensor '%s'", path_.c_str(), t->name);
+            }
+            in.seekg(static_cast<std::streamoff>(data_offset + offset(t)));
+            if (!in.read(reinterpret_cast<char *>(at), static_cast<std::streamsize>(ggml_nbytes(t)))) {
+                ggml_backend_buffer_free(buf);
+                fail("%s: short read of tensor '%s'", path_.c_str(), t->name);
+            }
+            at += ggml_nbytes(t);
         }
-        in.seekg(static_cast<std::streamoff>(data_offset + offset));
-        if (!in.read(reinterpret_cast<char *>(at), static_cast<std::streamsize>(ggml_nbytes(t)))) {
-            ggml_backend_buffer_free(buf);
-            fail("%s: short read of tensor '%s'", path_.c_str(), t->name);
-        }
-        at += GGML_PAD(ggml_nbytes(t), kAlign);
+        at = huge_->data() + GGML_PAD(static_cast<size_t>(at - huge_->data()), kAlign);
     }
     return buf;
 }

@@ -59,6 +59,14 @@ public:
     // After every weight was requested: reject tensors nobody asked for, check data bounds.
     void check_complete() const;
 
+    // A weight made of the rows of `parts` (requested weights) in order; null where they differ in
+    // type or row length. copy = false (distinct parts): place() lays the parts end to end in
+    // memory and the new tensor spans them, the parts staying valid tensors inside it; nothing is
+    // copied where they already lie end to end in the mapped file, otherwise they are read into
+    // huge pages or a buffer of their own instead of being mapped (never two resident copies).
+    // copy = true (a part may repeat): a tensor of its own, filled from the placed parts.
+    ggml_tensor * join(const std::string & name, const std::vector<ggml_tensor *> & parts, bool copy);
+
     // Allocate all requested weights on `dev` (mmap on host devices) and fill them; on another
     // device, tensors for which `keep_on_host(name)` holds stay in host memory. On the CPU device
     // the tensors named in `huge_pages` are read into one buffer of transparent huge pages instead
@@ -69,6 +77,9 @@ public:
                                              const std::set<std::string> & huge_pages = {});
     // Bytes of weights place() read into huge pages.
     size_t huge_page_bytes() const;
+    // Bytes of weights the CPU device's file mapping spans but place() read into memory of their
+    // own (huge pages, joined weights): the mapping's pages of those are never touched.
+    size_t read_not_mapped() const { return read_not_mapped_; }
     // Whether place() read `t` into huge pages: memory of this process's own, which may be
     // rewritten (a mapped tensor is the file's read-only pages).
     bool in_huge_pages(const ggml_tensor * t) const;
@@ -81,12 +92,25 @@ private:
     // placed) when the memory cannot be had.
     ggml_backend_buffer_t read_into_huge_pages(ggml_backend_dev_t cpu, const std::set<std::string> & names);
     void check_strings() const;
+    struct Joined {
+        ggml_tensor * whole;
+        std::vector<ggml_tensor *> parts;
+        bool copy;
+        bool end_to_end;  // in the file
+    };
+    // The joins not placed yet that `which` selects, copies or not, in one buffer of `buft`: a copy
+    // filled from its parts, otherwise the parts placed inside it end to end.
+    void place_joined(ggml_backend_buffer_type_t buft, bool copy, const std::function<bool(const Joined &)> & which,
+                      std::vector<ggml_backend_buffer_t> & bufs);
 
     std::string path_;
     uint64_t file_size_ = 0;
     gguf_context * gguf_ = nullptr;
     ggml_context * meta_ = nullptr;
     std::set<std::string> requested_;
+    size_t read_not_mapped_ = 0;
+    ggml_context * joined_ctx_ = nullptr;
+    std::vector<Joined> joined_;
     std::unique_ptr<MappedFile> map_;
     std::unique_ptr<HugePageBuffer> huge_;
 };

@@ -139,20 +139,25 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
         streamed);
     huge_page_bytes = f.huge_page_bytes();
     // Q8_0 matrices in memory of our own are packed for the quantized matmul (ops/qmatmul.h) when
-    // graphs are built with it; a mapped file's pages stay as they are.
+    // graphs are built with it; a mapped file's pages stay as they are. A joined weight is packed
+    // whole, its parts with it (TransformerLayer::wqkv).
     if (ops == OpsPath::native && matmul_path() == MatmulPath::native) {
-        for (const std::string & name : streamed) {
-            ggml_tensor * w = ggml_get_tensor(f.meta(), name.c_str());
-            if (!f.in_huge_pages(w) || !qmatmul_packs(w)) continue;
+        std::vector<ggml_tensor *> matrices = {talker.codec_head, code_predictor.mtp_proj};
+        matrices.insert(matrices.end(), code_predictor.lm_head.begin(), code_predictor.lm_head.end());
+        for (const Transformer * tfm : {&talker.tfm, &code_predictor.tfm}) {
+            for (const TransformerLayer & l : tfm->layers) {
+                for (ggml_tensor * w : layer_matrices(l)) matrices.push_back(w);
+            }
+        }
+        for (ggml_tensor * w : matrices) {
+            if (!w || !f.in_huge_pages(w) || !qmatmul_packs(w)) continue;
             qmatmul_pack(w);
             packed_bytes += ggml_nbytes(w);
         }
     }
     if (ops == OpsPath::portable) conv_weights.build(convs, device);
     for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);
-    if (huge_page_bytes > 0) {  // the file mapping spans them too, unread
-        for (const std::string & name : streamed) weight_bytes -= ggml_nbytes(ggml_get_tensor(f.meta(), name.c_str()));
-    }
+    weight_bytes -= f.read_not_mapped();  // the file mapping spans them too, unread
     weight_bytes += conv_weights.bytes();
     const std::string dev = ggml_backend_dev_name(device);
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);

@@ -172,12 +172,32 @@ bool Session::profile_node(ggml_tensor * t, bool ask, void * self) {
     return true;
 }
 
+// The nodes a backend computes (a kernel launch on a GPU, a thread barrier on the CPU): views
+// and reshapes compute nothing.
+static int computed_nodes(ggml_cgraph * gf) {
+    int n = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        switch (ggml_graph_node(gf, i)->op) {
+            case GGML_OP_NONE:
+            case GGML_OP_VIEW:
+            case GGML_OP_RESHAPE:
+            case GGML_OP_PERMUTE:
+            case GGML_OP_TRANSPOSE: break;
+            default: ++n;
+        }
+    }
+    return n;
+}
+
 void Session::compute(ggml_backend_sched_t sched, ggml_cgraph * gf, ProfileClock & clock) {
     GgmlErrorCapture log;
     const ggml_status status = ggml_backend_sched_graph_compute(sched, gf);
     if (status != GGML_STATUS_SUCCESS) engine_fail(log, "graph compute failed: %s", ggml_status_to_string(status));
     clock.lap(":compute");
-    if (profiling_) profile_add(":graphs", 1.0);
+    if (profiling_) {
+        profile_add(":graphs", 1.0);
+        profile_add(":nodes", computed_nodes(gf));
+    }
 }
 
 CodecRunner Session::codec_runner(const char * phase) {

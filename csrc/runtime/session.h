@@ -113,7 +113,8 @@ public:
     // phase being the part of the work the graph ran for: prefill, talker, predictor, vocoder or
     // other. The plumbing around the compute adds "<phase>/:build" (graph construction),
     // "<phase>/:alloc" (scheduling, allocation, inputs), "<phase>/:compute" (the compute calls,
-    // ops included) and "<phase>/:graphs" (a count of graph computes).
+    // ops included), "<phase>/:graphs" (a count of graph computes) and "<phase>/:nodes" (the
+    // nodes those computes ran, views and reshapes left out: kernel launches on a GPU).
     void set_profiling(bool on);
     std::map<std::string, double> profile() const { return profile_; }
 

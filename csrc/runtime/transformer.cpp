@@ -39,6 +39,22 @@ TransformerHParams read_transformer_hparams(const GgufFile & f, const char * pre
     return hp;
 }
 
+namespace {
+
+// A QWEN3 layer's joined weights (TransformerLayer::wqkv ...), where its parts allow.
+void join_layer(GgufFile & f, TransformerLayer & l, const TransformerHParams & hp, const std::string & blk) {
+    // parts of one type (K-quant targets give attn_v another type, convert/quantize.py: those
+    // layers keep separate q, k, v products); GgufFile::place lays the parts end to end
+    l.wqkv = f.join(blk + "attn_qkv.weight", {l.wq, l.wk, l.wv}, /*copy=*/false);
+    l.ffn_gate_up = f.join(blk + "ffn_gate_up.weight", {l.ffn_gate, l.ffn_up}, /*copy=*/false);
+    if (!l.wqkv) return;
+    std::vector<ggml_tensor *> norms(static_cast<size_t>(hp.n_head), l.q_norm);
+    norms.insert(norms.end(), static_cast<size_t>(hp.n_head_kv), l.k_norm);
+    l.qk_norm = f.join(blk + "attn_qk_norm.weight", norms, /*copy=*/true);
+}
+
+}  // namespace
+
 Transformer load_transformer(GgufFile & f, const char * prefix, const char * net, bool has_context, LayerStyle style) {
     Transformer t;
     t.style = style;
@@ -75,8 +91,27 @@ Transformer load_transformer(GgufFile & f, const char * prefix, const char * net
         } else {
             l.ffn_gate = mat(tn::L_FFN_GATE, d, hp.n_ff);
         }
+        if (qwen3) join_layer(f, l, hp, n("%s.blk.%d."));
     }
     return t;
+}
+
+std::vector<ggml_tensor *> layer_matrices(const TransformerLayer & l) {
+    std::vector<ggml_tensor *> out;
+    if (l.wqkv) {
+        out.push_back(l.wqkv);
+    } else {
+        out.insert(out.end(), {l.wq, l.wk, l.wv});
+    }
+    out.push_back(l.wo);
+    if (l.ffn_gate_up) {
+        out.push_back(l.ffn_gate_up);
+    } else {
+        if (l.ffn_gate) out.push_back(l.ffn_gate);
+        out.push_back(l.ffn_up);
+    }
+    out.push_back(l.ffn_down);
+    return out;
 }
 
 ggml_tensor * new_cache_k(ggml_context * ctx, const TransformerHParams & hp, int64_t n_ctx, bool fused) {
@@ -199,14 +234,33 @@ struct LayerBuilder {
     ggml_tensor * attention(ggml_tensor * x, const TransformerLayer & l, int il) const {
         const TransformerHParams & hp = t.hp;
         const char * p = o.prefix;
-        const int64_t n = x->ne[1], hd = hp.head_dim, nkv = hp.n_head_kv;
-        ggml_tensor * q = ggml_reshape_3d(ctx, mat(x, l.wq), hd, hp.n_head, n);
-        ggml_tensor * k = ggml_reshape_3d(ctx, mat(x, l.wk), hd, nkv, n);
-        ggml_tensor * v = named(ggml_reshape_3d(ctx, mat(x, l.wv), hd, nkv, n), "%s.%d.v", p, il);
-        if (l.q_norm) q = rms_norm(ctx, q, l.q_norm, hp.eps);
-        if (l.k_norm) k = rms_norm(ctx, k, l.k_norm, hp.eps);
-        q = named(rope(q), "%s.%d.q", p, il);
-        k = named(rope(k), "%s.%d.k", p, il);
+        const int64_t n = x->ne[1], hd = hp.head_dim, nh = hp.n_head, nkv = hp.n_head_kv;
+        ggml_tensor *q, *k, *v;
+        if (l.wqkv) {
+            // one product; a position's q, k and v heads lie side by side in its column, so that
+            // heads [from, from + heads) of every position are a view
+            ggml_tensor * qkv = mat(x, l.wqkv);
+            auto heads = [&](ggml_tensor * t, size_t column, int64_t from, int64_t count) {
+                return ggml_view_3d(ctx, t, hd, count, n, hd * sizeof(float), column, from * hd * sizeof(float));
+            };
+            v = named(heads(qkv, qkv->nb[1], nh + nkv, nkv), "%s.%d.v", p, il);
+            // every element of the norm and of RoPE depends on its own head and position alone:
+            // q's and k's heads together give the bits of two separate passes
+            ggml_tensor * qk = rms_norm(ctx, heads(qkv, qkv->nb[1], 0, nh + nkv), l.qk_norm, hp.eps);
+            qk = named(rope(qk), "%s.%d.qk", p, il);
+            q = heads(qk, qk->nb[2], 0, nh);
+            k = heads(qk, qk->nb[2], nh, nkv);
+        } else {
+            q = ggml_reshape_3d(ctx, mat(x, l.wq), hd, nh, n);
+            k = ggml_reshape_3d(ctx, mat(x, l.wk), hd, nkv, n);
+            v = named(ggml_reshape_3d(ctx, mat(x, l.wv), hd, nkv, n), "%s.%d.v", p, il);
+            if (l.q_norm) q = rms_norm(ctx, q, l.q_norm, hp.eps);
+            if (l.k_norm) k = rms_norm(ctx, k, l.k_norm, hp.eps);
+            q = rope(q);
+            k = rope(k);
+        }
+        q = named(q, "%s.%d.q", p, il);
+        k = named(k, "%s.%d.k", p, il);
         ggml_tensor * out = attend(q, k, v, o.kv, il, pos);
         return named(mat(out, l.wo), "%s.%d.attn_out", p, il);
     }
@@ -218,6 +272,12 @@ struct LayerBuilder {
         const TransformerHParams & hp = t.hp;
         const int64_t n_all = q->ne[2], hd = hp.head_dim, nkv = hp.n_head_kv;
         const int64_t lanes = kv ? kv->lanes : 1, n = n_all / lanes;
+        // t [hd, heads, n_all] (a view of a joined product: heads contiguous, positions strided)
+        // as [hd, heads, n, lanes], and as rows of hd * heads values, one per position
+        auto by_lane = [&](ggml_tensor * t) {
+            return ggml_view_4d(ctx, t, hd, t->ne[1], n, lanes, t->nb[1], t->nb[2], n * t->nb[2], 0);
+        };
+        auto positions = [&](ggml_tensor * t) { return ggml_view_2d(ctx, t, hd * t->ne[1], n_all, t->nb[2], 0); };
         // A fused cache (CPU, native ops): one op over the head-major K and V windows, at the
         // positions the graph's input gives when it runs (KvWindow::fused).
         if (kv && kv->fused) {
@@ -245,16 +305,19 @@ struct LayerBuilder {
                 // one row of K per new position; V, transposed, one element per value
                 ggml_tensor * k_all = ggml_reshape_2d(ctx, ck, hd * nkv, ck->ne[2]);
                 ggml_tensor * v_all = ggml_reshape_2d(ctx, cv, 1, ggml_nelements(cv));
-                ggml_build_forward_expand(
-                    gf, ggml_set_rows(ctx, k_all, ggml_reshape_2d(ctx, k, hd * nkv, n_all), kv->rows->k));
+                // v's values one per row: a view of a joined product's v has a gap between
+                // positions, which set_rows' rows of one value cannot step over. Copied for one
+                // lane too, so that the step's nodes do not depend on the lanes.
+                if (v->nb[2] != v->nb[1] * v->ne[1]) v = ggml_cont(ctx, v);
+                ggml_build_forward_expand(gf, ggml_set_rows(ctx, k_all, positions(k), kv->rows->k));
                 ggml_build_forward_expand(
                     gf, ggml_set_rows(ctx, v_all, ggml_reshape_2d(ctx, v, 1, ggml_nelements(v)), kv->rows->v));
             } else {
                 const int64_t at = first + n_past;
                 ggml_tensor * k_slots = ggml_view_4d(ctx, ck, hd, nkv, n, lanes, hd * es, row, lane, at * row);
                 ggml_tensor * v_slots = ggml_view_4d(ctx, cv, n, hd, nkv, lanes, vrow, vhead, vlane, at * es);
-                ggml_tensor * v4 = ggml_permute(ctx, ggml_reshape_4d(ctx, v, hd, nkv, n, lanes), 1, 2, 0, 3);
-                ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_reshape_4d(ctx, k, hd, nkv, n, lanes), k_slots));
+                ggml_tensor * v4 = ggml_permute(ctx, by_lane(v), 1, 2, 0, 3);
+                ggml_build_forward_expand(gf, ggml_cpy(ctx, by_lane(k), k_slots));
                 ggml_build_forward_expand(gf, ggml_cpy(ctx, v4, v_slots));
             }
             K = ggml_view_4d(ctx, ck, hd, kv->n_kv, nkv, lanes, row, hd * es, lane, first * row);
@@ -263,7 +326,7 @@ struct LayerBuilder {
             K = ggml_permute(ctx, k, 0, 2, 1, 3);
             VT = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));
         }
-        q = ggml_permute(ctx, ggml_reshape_4d(ctx, q, hd, hp.n_head, n, lanes), 0, 2, 1, 3);
+        q = ggml_permute(ctx, by_lane(q), 0, 2, 1, 3);
         ggml_tensor * kq = mul_mat(ctx, K, q);  // [n_kv, n, n_head, lanes]
         if (!o.mask && n > 1) kq = ggml_diag_mask_inf(ctx, kq, static_cast<int>(n_past));
         kq = named(ggml_soft_max_ext(ctx, kq, o.mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f), "%s.%d.attn_w",
@@ -273,7 +336,10 @@ struct LayerBuilder {
     }
 
     ggml_tensor * mlp(ggml_tensor * h, const TransformerLayer & l) const {
-        if (l.ffn_gate) {
+        if (l.ffn_gate_up) {
+            // ggml's GLU on one product: SiLU of each column's first half (gate) times its second (up)
+            h = ggml_swiglu(ctx, mat(h, l.ffn_gate_up));
+        } else if (l.ffn_gate) {
             h = ggml_swiglu_split(ctx, mat(h, l.ffn_gate), mat(h, l.ffn_up));
         } else {
             h = ggml_gelu_erf(ctx, mat(h, l.ffn_up));

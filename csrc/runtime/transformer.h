@@ -36,7 +36,16 @@ struct TransformerLayer {
     ggml_tensor *ffn_norm = nullptr, *ffn_norm_b = nullptr;     // [n_embd]
     ggml_tensor * ffn_gate = nullptr;                            // n_embd -> n_ff (SwiGLU styles)
     ggml_tensor *ffn_up = nullptr, *ffn_down = nullptr;         // n_embd -> n_ff -> n_embd
+    // QWEN3, joined at load where the parts have one type and lie end to end in the file (the
+    // parts are then rows of these, docs/architecture.md "Fused projections"): one product where
+    // there were three (two for the MLP), one q/k norm and one RoPE where there were two.
+    ggml_tensor * wqkv = nullptr;         // rows of wq, wk, wv: n_embd -> (n_head + 2 n_head_kv) * head_dim
+    ggml_tensor * qk_norm = nullptr;  // [head_dim, n_head + n_head_kv]: q_norm per query head, k_norm per KV head
+    ggml_tensor * ffn_gate_up = nullptr;  // rows of ffn_gate, ffn_up: n_embd -> 2 n_ff
 };
+
+// The matrices a layer's graph multiplies by: the joined ones where the loader made them.
+std::vector<ggml_tensor *> layer_matrices(const TransformerLayer & l);
 
 struct Transformer {
     LayerStyle style = LayerStyle::QWEN3;
@@ -136,9 +145,9 @@ KvStepGraph kv_step_graph(ggml_context * ctx, const TransformerHParams & hp, int
 void set_kv_step_inputs(ggml_cgraph * gf, const KvStepInputs & in, const char * prefix);
 
 struct StackOptions {
-    const char * prefix = "";       // intermediates are named "<prefix>.<layer>.<stage>"
+    const char * prefix = "";  // intermediates are named "<prefix>.<layer>.<stage>"
     const KvWindow * kv = nullptr;  // null: attend within the graph's own positions
-    ggml_tensor * mask = nullptr;   // additive F32 [n_kv, n] or [n_kv, n / lanes, 1, lanes]; null: causal
+    ggml_tensor * mask = nullptr;  // additive F32 [n_kv, n] or [n_kv, n / lanes, 1, lanes]; null: causal
 };
 
 // Run `x` [n_embd, n] through every layer (positions `pos`, I32 [n]); the cache writes are
