@@ -341,6 +341,7 @@ ggml_tensor * GgufFile::join(const std::string & name, const std::vector<ggml_te
         end_to_end = end_to_end && end == gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, p->name));
     }
     if (parts.empty() || name.size() >= GGML_MAX_NAME) fail("%s: cannot join '%s'", path_.c_str(), name.c_str());
+    if (!copy && !end_to_end && mapped_shared_) return nullptr;
     if (!joined_ctx_) {
         // every join takes two parts or more: at most as many joins as tensors
         const size_t n = static_cast<size_t>(gguf_get_n_tensors(gguf_)) + 1;

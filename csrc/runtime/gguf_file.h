@@ -66,6 +66,10 @@ public:
     // huge pages or a buffer of their own instead of being mapped (never two resident copies).
     // copy = true (a part may repeat): a tensor of its own, filled from the placed parts.
     ggml_tensor * join(const std::string & name, const std::vector<ggml_tensor *> & parts, bool copy);
+    // Weights that stay mapped and shared (a CPU device without huge pages): a join whose parts are
+    // not end to end in the file is refused (null), since its buffer would be a private copy in
+    // each process instead of pages shared through the page cache (docs/bulk.md).
+    void keep_mapped_shared(bool on) { mapped_shared_ = on; }
 
     // Allocate all requested weights on `dev` (mmap on host devices) and fill them; on another
     // device, tensors for which `keep_on_host(name)` holds stay in host memory. On the CPU device
@@ -109,6 +113,7 @@ private:
     ggml_context * meta_ = nullptr;
     std::set<std::string> requested_;
     size_t read_not_mapped_ = 0;
+    bool mapped_shared_ = false;
     ggml_context * joined_ctx_ = nullptr;
     std::vector<Joined> joined_;
     std::unique_ptr<MappedFile> map_;

@@ -94,6 +94,9 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     }
     read_metadata(f, *this);
 
+    device = select_device(device_name);
+    const bool on_cpu = ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    f.keep_mapped_shared(on_cpu && !huge_pages);
     load_talker(f, talker);
     load_code_predictor(f, talker, code_predictor);
     if (variant == "base") {
@@ -107,8 +110,6 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     check_metadata(f, *this, net_sizes());
     f.check_complete();
 
-    device = select_device(device_name);
-    const bool on_cpu = ggml_backend_dev_type(device) == GGML_BACKEND_DEVICE_TYPE_CPU;
     ops =
         choice == OpsChoice::native || (choice == OpsChoice::automatic && on_cpu) ? OpsPath::native : OpsPath::portable;
     if (!on_cpu) {
