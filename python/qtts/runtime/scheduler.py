@@ -467,13 +467,17 @@ class Scheduler:
 
     def _decode_pieces(self) -> None:
         """As Model.synthesize: the eager pieces that ended in this step, each decoded whole (an
-        ICL voice's after its reference frames, then cut), all in one batched call on fresh codec
-        streams (the samples of a decode alone, docs/serving.md "Batched vocoder"); then each job
-        goes on. A failure fails those jobs."""
+        ICL voice's after its reference frames, then cut); on the portable path (a GPU) all in one
+        batched call on fresh codec streams (the samples of a decode alone, docs/serving.md
+        "Batched vocoder"). Then each job goes on. A failure fails those jobs."""
         pieces, self._pieces = [p for p in self._pieces if not p.job.done], []
         decoded = [p for p in pieces if len(p.codes)]
         try:
-            waves = self._push([(p.job, p.job._asm.with_ref(p.codes)) for p in decoded], fresh=True)
+            if self._engine.ops == "portable":
+                waves = self._push([(p.job, p.job._asm.with_ref(p.codes)) for p in decoded], fresh=True)
+            else:  # on the CPU's native ops a piece alone costs less than pieces together (serving.md)
+                with self._engine.session() as s:
+                    waves = [p.job._asm.decode_whole(s, p.codes) for p in decoded]
         except Exception as err:
             for p in pieces:
                 self._fail(p.job, err)

@@ -224,7 +224,10 @@ def test_decode_streams_are_independent(cv: qtts.Model) -> None:
     np.testing.assert_allclose(np.concatenate(got[ids[1]]), want_b, atol=1e-5)
 
 
-def test_synthesize_batch_equals_synthesize(cv: qtts.Model) -> None:
+@pytest.mark.parametrize("ops", ["native", "portable"])
+def test_synthesize_batch_equals_synthesize(cv: qtts.Model, cv_portable: qtts.Model, ops: str) -> None:
+    """The pieces decoded alone (native) or together on fresh streams (portable), as synthesize."""
+    cv = cv if ops == "native" else cv_portable
     long = "First sentence of a few. Second one, a little longer than that."
     texts = [TEXTS[0], TEXTS[1], long]
     kw = dict(speaker=["ryan", "vivian", "ryan"], seed=[1, 2, 3], split_sentences=[False, False, 30],
@@ -243,7 +246,10 @@ def test_synthesize_batch_equals_synthesize(cv: qtts.Model) -> None:
         cv.synthesize_batch(texts, max_batch=0)
 
 
-def test_icl_voice_batch_equals_synthesize(base: qtts.Model, voices: dict[str, qtts.Voice]) -> None:
+@pytest.mark.parametrize("ops", ["native", "portable"])
+def test_icl_voice_batch_equals_synthesize(base: qtts.Model, base_portable: qtts.Model,
+                                           voices: dict[str, qtts.Voice], ops: str) -> None:
+    base = base if ops == "native" else base_portable
     vs = [voices["icl"], voices["xvec"]]
     got = base.synthesize_batch(TEXTS[:2], voice=vs, seed=4, max_new_tokens=15)
     for text, v, audio in zip(TEXTS[:2], vs, got, strict=True):
