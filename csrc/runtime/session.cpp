@@ -206,10 +206,15 @@ CodecRunner Session::codec_runner(const char * phase) {
         const Phase p(*this, phase);
         return run(build, inputs);
     };
-    r.replay = [this, phase](const std::string & key, const GraphBuild & build, const GraphInputs & inputs) {
-        const Phase p(*this, phase);
-        return run_replayed(key, build, inputs);
-    };
+    // On the portable path only (what a GPU runs, where a graph built per push is a CUDA-graph
+    // capture lost): on the CPU's native path a push's graph costs little to build, and each kept
+    // graph would hold a compute buffer of its own (docs/serving.md, "Batched vocoder").
+    if (model_->ops == OpsPath::portable) {
+        r.replay = [this, phase](const std::string & key, const GraphBuild & build, const GraphInputs & inputs) {
+            const Phase p(*this, phase);
+            return run_replayed(key, build, inputs);
+        };
+    }
     r.portable = model_->ops == OpsPath::portable ? &model_->conv_weights : nullptr;
     r.state_backend = codec_backend();
     return r;
