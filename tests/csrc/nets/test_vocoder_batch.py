@@ -34,13 +34,11 @@ def _alone(session, codes: np.ndarray, silent: int = 0) -> np.ndarray:
         session.decode_stream_close(99)
 
 
-def test_streams_together_equal_alone(session) -> None:
-    # stream: (frames, silent frames, the step it arrives at, frames per push); stream 4 crosses
-    # the 300-frame chunk seam (a second segment warming up beside the first), stream 3 starts
-    # with reference frames whose samples are not returned (an ICL voice), stream 5 pushes more
-    # than one graph's frames at once
-    plan = {1: (40, 0, 0, 1), 2: (23, 0, 0, 3), 3: (30, 12, 2, 2), 4: (330, 0, 0, 8), 5: (120, 0, 5, 60)}
-    codes = {s: _codes(n, 10 + s) for s, (n, _, _, _) in plan.items()}
+def _run_plan(session, plan: dict[int, tuple[int, int, int, int]], seed: int) -> tuple[dict, dict]:
+    """Each stream of `plan` (stream: frames, silent frames, the step it arrives at, frames per
+    push) pushed step by step, the streams of a step in one decode_streams_push; their codes and
+    the samples each push gave."""
+    codes = {s: _codes(n, seed + s) for s, (n, _, _, _) in plan.items()}
     got: dict[int, list[np.ndarray]] = {s: [] for s in plan}
     at = dict.fromkeys(plan, 0)
     step = 0
@@ -56,6 +54,15 @@ def test_streams_together_equal_alone(session) -> None:
             assert wav.dtype == np.float32 and wav.shape == (max(0, min(len(c), at[s] - plan[s][1])) * HOP,)
             got[s].append(wav)
         step += 1
+    return codes, got
+
+
+def test_streams_together_equal_alone(session) -> None:
+    # stream 4 crosses the 300-frame chunk seam (a second segment warming up beside the first),
+    # stream 3 starts with reference frames whose samples are not returned (an ICL voice), stream
+    # 5 pushes more than one graph's frames at once
+    plan = {1: (40, 0, 0, 1), 2: (23, 0, 0, 3), 3: (30, 12, 2, 2), 4: (330, 0, 0, 8), 5: (120, 0, 5, 60)}
+    codes, got = _run_plan(session, plan, 10)
     for s, (_, silent, _, _) in plan.items():
         whole = np.concatenate(got[s])
         np.testing.assert_array_equal(whole, _alone(session, codes[s], silent), err_msg=f"stream {s}")
@@ -71,21 +78,7 @@ def test_many_streams_of_one_and_eight_frame_pushes(session) -> None:
     # ICL reference frames, two arrive late
     plan = {s: (11 + s % 4, 5 if s in (3, 10) else 0, 2 if s in (7, 16) else 0, 1 if s % 2 else 8)
             for s in range(1, 19)}
-    codes = {s: _codes(n, 40 + s) for s, (n, _, _, _) in plan.items()}
-    got: dict[int, list[np.ndarray]] = {s: [] for s in plan}
-    at = dict.fromkeys(plan, 0)
-    step = 0
-    while any(at[s] < len(codes[s]) for s in plan):
-        items = []
-        for s, (n, silent, arrive, k) in plan.items():
-            if step == arrive:
-                session.decode_stream_reset(silent_frames=silent, stream=s)
-            if step >= arrive and at[s] < n:
-                items.append((s, codes[s][at[s]:at[s] + k]))
-                at[s] = min(n, at[s] + k)
-        for (s, _), wav in zip(items, session.decode_streams_push(items), strict=True):
-            got[s].append(wav)
-        step += 1
+    codes, got = _run_plan(session, plan, 40)
     for s, (_, silent, _, _) in plan.items():
         np.testing.assert_array_equal(np.concatenate(got[s]), _alone(session, codes[s], silent), err_msg=f"stream {s}")
         session.decode_stream_close(s)
