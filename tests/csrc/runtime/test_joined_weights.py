@@ -14,6 +14,7 @@ from gguf import GGMLQuantizationType as GT
 
 import qtts
 from tests import corrupt
+from tests.profiling import profiled
 
 TEXT = "Hello world, this is a tiny test."
 
@@ -25,15 +26,7 @@ def _run(path: Path, ops: str, huge_pages: bool) -> tuple[list[np.ndarray], dict
     greedy = m.generate_codes(TEXT, speaker="ryan", max_new_tokens=12, do_sample=False,
                               subtalker_dosample=False).codes
     sampled = m.generate_codes(TEXT, speaker="ryan", max_new_tokens=12, seed=3).codes
-    with m.engine.session() as s:
-        s.set_profiling(True)
-    try:
-        audio = m.synthesize(TEXT, speaker="ryan", max_new_tokens=12, seed=1).samples
-        with m.engine.session() as s:
-            prof = s.profile()
-    finally:
-        with m.engine.session() as s:
-            s.set_profiling(False)
+    audio, prof = profiled(m, lambda: m.synthesize(TEXT, speaker="ryan", max_new_tokens=12, seed=1).samples)
     nodes = {ph: prof[f"{ph}/:nodes"] / prof[f"{ph}/:graphs"] for ph in ("talker", "predictor")}
     return [greedy, sampled, np.asarray(audio)], nodes
 

@@ -11,6 +11,7 @@ import qtts
 from qtts.bench.profile import format_profile, summarize
 from qtts.convert.names import TN
 from tests import corrupt
+from tests.profiling import profiled
 
 CV = "tiny_custom_voice-f32"
 TEXT = "Hello world, this is a tiny test."
@@ -24,15 +25,7 @@ def cv(gguf_dir: Path) -> qtts.Model:
 def test_one_predictor_graph_per_frame(cv: qtts.Model) -> None:
     want = cv.generate_codes(TEXT, speaker="ryan", seed=5, max_new_tokens=9).codes
     cv.synthesize("Other graphs in between.", speaker="vivian", max_new_tokens=4)  # the shared scheduler's
-    with cv.engine.session() as s:
-        s.set_profiling(True)
-    try:
-        got = cv.generate_codes(TEXT, speaker="ryan", seed=5, max_new_tokens=9).codes
-        with cv.engine.session() as s:
-            prof = s.profile()
-    finally:
-        with cv.engine.session() as s:
-            s.set_profiling(False)
+    got, prof = profiled(cv, lambda: cv.generate_codes(TEXT, speaker="ryan", seed=5, max_new_tokens=9).codes)
     # node-by-node profiling computes the same values
     np.testing.assert_array_equal(got, want)
     frames = len(got)
