@@ -8,10 +8,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def profiled(model: Any, run: Callable[[], T]) -> tuple[T, dict[str, float]]:
-    """`run()` with profiling on, then the profile; profiling is off again whatever happens."""
+def profiled(model: Any, run: Callable[[], T], ops: bool = True) -> tuple[T, dict[str, float]]:
+    """`run()` with profiling on (ops=False: no per-op times), then the profile; profiling is off
+    again whatever happens."""
     with model.engine.session() as s:
-        s.set_profiling(True)
+        s.set_profiling(True, ops)
     try:
         got = run()
         with model.engine.session() as s:

@@ -223,8 +223,9 @@ void bind_session(py::module_ & m) {
                       "off the CPU) instead of with the host sampler (top_p < 1 always on the host).")
         .def_property("prefill_chunk", &Session::prefill_chunk, &Session::set_prefill_chunk,
                       "Prompt positions per talker prefill graph.")
-        .def("set_profiling", &Session::set_profiling, py::arg("on"),
-             "Per-op timing (graphs then run node by node); read it with profile().")
+        .def("set_profiling", &Session::set_profiling, py::arg("on"), py::arg("ops") = true,
+             "Per-op timing (graphs then run node by node); ops=False: only the graph counts and the build, "
+             "allocation and compute times, graphs computed whole; read it with profile().")
         .def("profile", &Session::profile, "Milliseconds per op name since profiling was enabled.")
         .def("cancel", &Session::cancel, "Stop a generation in progress after the current frame (any thread).")
         .def("generate", &generate, py::arg("prompt"), py::arg("trailing"), py::arg("params"))

@@ -52,7 +52,7 @@ ggml_backend_sched_t Session::new_sched() {
     ggml_backend_sched_t s = ggml_backend_sched_new(backends.data(), nullptr, static_cast<int>(backends.size()),
                                                     kMaxNodes, /*parallel=*/false, /*op_offload=*/true);
     if (!s) engine_fail(log, "could not create the backend scheduler");
-    if (profiling_) ggml_backend_sched_set_eval_callback(s, &Session::profile_node, this);
+    if (profiling_ && profile_ops_) ggml_backend_sched_set_eval_callback(s, &Session::profile_node, this);
     return s;
 }
 
@@ -142,11 +142,12 @@ std::map<std::string, size_t> Session::memory() const {
     return {{"kv_cache", talker_cache_.bytes() + pred_cache_.bytes()}, {"compute_buffers", compute}};
 }
 
-void Session::set_profiling(bool on) {
+void Session::set_profiling(bool on, bool ops) {
     profile_.clear();
     profiling_ = on;
+    profile_ops_ = ops;
     for (ggml_backend_sched_t s : scheds()) {
-        if (s) ggml_backend_sched_set_eval_callback(s, on ? &Session::profile_node : nullptr, this);
+        if (s) ggml_backend_sched_set_eval_callback(s, on && ops ? &Session::profile_node : nullptr, this);
     }
 }
 
@@ -197,6 +198,7 @@ void Session::compute(ggml_backend_sched_t sched, ggml_cgraph * gf, ProfileClock
     if (profiling_) {
         profile_add(":graphs", 1.0);
         profile_add(":nodes", computed_nodes(gf));
+        profile_add(":splits", ggml_backend_sched_get_n_splits(sched));
     }
 }
 

@@ -114,8 +114,12 @@ public:
     // other. The plumbing around the compute adds "<phase>/:build" (graph construction),
     // "<phase>/:alloc" (scheduling, allocation, inputs), "<phase>/:compute" (the compute calls,
     // ops included), "<phase>/:graphs" (a count of graph computes) and "<phase>/:nodes" (the
-    // nodes those computes ran, views and reshapes left out: kernel launches on a GPU).
-    void set_profiling(bool on);
+    // nodes those computes ran, views and reshapes left out: kernel launches on a GPU) and
+    // "<phase>/:splits" (the parts the scheduler cut those graphs into: more than one per graph
+    // means some op ran on another backend, with copies between). ops = false: the plumbing's
+    // entries alone, the graphs computed whole as without profiling (what a device's wall-clock
+    // split needs: node-by-node runs synchronize after every node).
+    void set_profiling(bool on, bool ops = true);
     std::map<std::string, double> profile() const { return profile_; }
 
     // Names the phase of the graphs run while it lives (profiling keys).
@@ -157,7 +161,7 @@ private:
     void profile_add(const char * what, double value);
     std::map<std::string, double> profile_;
     std::chrono::steady_clock::time_point profile_t0_;
-    bool profiling_ = false;
+    bool profiling_ = false, profile_ops_ = true;
     const char * phase_ = "other";
     int prefill_chunk_ = kPrefillChunk;
 

@@ -520,8 +520,9 @@ class SessionHandle:
     def prefill_chunk(self, value: int) -> None:
         self.native.prefill_chunk = value
 
-    def set_profiling(self, on: bool) -> None:
-        self.native.set_profiling(on)
+    def set_profiling(self, on: bool, ops: bool = True) -> None:
+        """ops=False: no per-op times, graphs computed whole (Session::set_profiling)."""
+        self.native.set_profiling(on, ops)
 
     def profile(self) -> dict[str, float]:
         return dict(self.native.profile())

@@ -37,6 +37,18 @@ def test_one_predictor_graph_per_frame(cv: qtts.Model) -> None:
     assert all(v >= 0 for v in prof.values())
 
 
+def test_profile_without_ops(cv: qtts.Model) -> None:
+    """ops=False: the graph counts and the build/alloc/compute times only, graphs computed whole
+    (what a GPU's wall-clock split needs), and one scheduler split per graph on the CPU."""
+    want = cv.generate_codes(TEXT, speaker="ryan", seed=5, max_new_tokens=9).codes
+    got, prof = profiled(cv, lambda: cv.generate_codes(TEXT, speaker="ryan", seed=5, max_new_tokens=9).codes, ops=False)
+    np.testing.assert_array_equal(got, want)
+    assert prof["predictor/:graphs"] == len(got) and prof["predictor/:compute"] > 0
+    assert {k.partition("/")[2] for k in prof} <= {":build", ":alloc", ":compute", ":graphs", ":nodes", ":splits"}
+    for phase in ("prefill", "talker", "predictor"):
+        assert prof[f"{phase}/:splits"] == prof[f"{phase}/:graphs"]
+
+
 def test_predictor_nan_fails_cleanly(gguf_dir: Path, tmp_path: Path) -> None:
     """select_token's error inside the graph's sampling op reaches the caller as the same ValueError."""
     bad = corrupt.nan_tensor(gguf_dir / f"{CV}.gguf", tmp_path / "nan.gguf", TN.CODE_PRED_OUTPUT_NORM)
