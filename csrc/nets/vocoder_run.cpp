@@ -30,8 +30,14 @@ namespace qtts {
 namespace {
 
 constexpr float kConvNextEps = 1e-6f;
-constexpr int64_t kMaxGraphFrames = 50;  // 4 s of audio per graph: bounds the compute buffer
-// Lanes per graph: each lane's transformer is its own ops (about 200 nodes), within kMaxNodes.
+// A lane's frames per graph (4 s of audio): bounds the compute buffer, about 2.8 MB a frame.
+constexpr int64_t kMaxGraphFrames = 50;
+// All lanes' frames per graph: on the CPU's native path one lane's worth; on the portable path
+// (a GPU, where each graph costs its launches and its build whatever its size) up to 8 lanes'
+// worth, about 1.1 GB of compute buffer (docs/serving.md, "Batched vocoder").
+constexpr int64_t kMaxPortableGraphFrames = 8 * kMaxGraphFrames;
+// Lanes per graph: each adds its cache writes, its attention and its conv contexts (about 200
+// nodes with views), within kMaxNodes.
 constexpr size_t kMaxGraphLanes = 16;
 constexpr int64_t kConvWarmup = 16;  // frames through the conv stack before the first kept one
 // One stream's pushes of up to this many frames (a stream's chunks) replay their graphs.
@@ -74,18 +80,6 @@ struct Builder {
         return t;
     }
 
-    // Concatenated in pairs: each row is copied about log2(count) times, not count/2.
-    ggml_tensor * concat_all(std::vector<ggml_tensor *> parts) {
-        while (parts.size() > 1) {
-            std::vector<ggml_tensor *> next;
-            for (size_t i = 0; i + 1 < parts.size(); i += 2)
-                next.push_back(ggml_concat(ctx, parts[i], parts[i + 1], 1));
-            if (parts.size() % 2) next.push_back(parts.back());
-            parts = std::move(next);
-        }
-        return parts[0];
-    }
-
     // x: the lanes' rows (n[i] each, lane after lane) -> each lane's left context (lefts[i], p
     // rows), then its rows; the last p rows of each lane's part go back to its context.
     ggml_tensor * join(ggml_tensor * x, const std::vector<ggml_tensor *> & lefts, const std::vector<int64_t> & n) {
@@ -102,7 +96,7 @@ struct Builder {
                 for (int64_t j = 0; j < p; ++j) idx.push_back(static_cast<int32_t>(i * p + j));
                 for (int64_t t = 0; t < n[i]; ++t) idx.push_back(static_cast<int32_t>(at + t));
             }
-            xp = ggml_get_rows(ctx, ggml_concat(ctx, concat_all(lefts), x, 1), index_input(std::move(idx)));
+            xp = ggml_get_rows(ctx, ggml_concat(ctx, concat_rows(ctx, lefts), x, 1), index_input(std::move(idx)));
         } else {
             // ggml's CPU concat copies element by element on one thread (a large share of a
             // batched push): instead one row gather of x to the lanes' places, the contexts' rows
@@ -173,28 +167,36 @@ struct Builder {
                      "cd.rvq");
     }
 
-    // Lane i's transformer over its own cache, at positions "cd.pos<i>" with mask "cd.mask<i>".
-    ggml_tensor * transformer(ggml_tensor * x, size_t i) {
-        const Lane & ln = lanes[i];
-        const int64_t n_kv = attended(ln, whole);
-        ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, ln.n), format("cd.pos%zu", i).c_str());
-        ggml_tensor * mask = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, ln.n), format("cd.mask%zu", i).c_str());
-        x = linear(ctx, x, w.tfm_in, w.tfm_in_b);
-        KvWindow kv{&ln.st->k, &ln.st->v, ln.st->n_past, n_kv};
-        KvRows rows;
-        if (whole) {
-            const TransformerHParams & hp = w.tfm.hp;
-            rows.k = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, ln.n), format("cd.kv_rows_k%zu", i).c_str());
-            rows.v = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, int64_t(hp.head_dim) * hp.n_head_kv * ln.n),
-                           format("cd.kv_rows_v%zu", i).c_str());
-            kv.rows = &rows;
+    // The transformer over every lane's rows (x, lane after lane, at positions "cd.pos"): each
+    // lane attends its own cache under its mask "cd.mask<i>", every other op runs once for all.
+    ggml_tensor * transformer(ggml_tensor * x) {
+        const TransformerHParams & hp = w.tfm.hp;
+        int64_t n_all = 0;
+        std::vector<KvSegment> segs;
+        for (size_t i = 0; i < lanes.size(); ++i) {
+            const Lane & ln = lanes[i];
+            const int64_t n_kv = attended(ln, whole);
+            KvSegment & sg = segs.emplace_back();
+            sg.kv = KvWindow{&ln.st->k, &ln.st->v, ln.st->n_past, n_kv};
+            sg.mask = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, ln.n), format("cd.mask%zu", i).c_str());
+            sg.n = ln.n;
+            n_all += ln.n;
         }
+        std::vector<KvRows> rows(whole ? lanes.size() : 0);
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const int64_t n = lanes[i].n;
+            rows[i].k = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n), format("cd.kv_rows_k%zu", i).c_str());
+            rows[i].v = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I64, int64_t(hp.head_dim) * hp.n_head_kv * n),
+                              format("cd.kv_rows_v%zu", i).c_str());
+            segs[i].kv.rows = &rows[i];
+        }
+        ggml_tensor * pos = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_all), "cd.pos");
+        x = linear(ctx, x, w.tfm_in, w.tfm_in_b);
         StackOptions o;
         o.prefix = "cd.tfm";
-        o.kv = &kv;
-        o.mask = mask;
+        o.segments = &segs;
         x = transformer_stack(ctx, gf, x, pos, w.tfm, o);
-        return named(linear(ctx, rms_norm(ctx, x, w.tfm_norm, w.tfm.hp.eps), w.tfm_out, w.tfm_out_b), "cd.tfm");
+        return named(linear(ctx, rms_norm(ctx, x, w.tfm_norm, hp.eps), w.tfm_out, w.tfm_out_b), "cd.tfm");
     }
 
     // Causal ConvTranspose with kernel = stride: one GEMM whose tap-major outputs are the frames.
@@ -267,22 +269,17 @@ struct Builder {
         ggml_tensor * codes = input(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n_all, w.n_quantizers), "cd.codes");
         ggml_tensor * xp = join(rvq(codes, n_all), pre, n);
         ggml_tensor * x = named(conv_joined(xp, w.pre_conv, kPreConvKernel - 1, w.pre_conv_b, n), "cd.pre_conv");
-        std::vector<ggml_tensor *> full;
-        ggml_tensor * last = nullptr;
+        x = transformer(x);
+        // the conv stack runs over the full lanes' rows only
+        std::vector<int32_t> kept;
         for (size_t i = 0, at = 0; i < lanes.size(); at += lanes[i].n, ++i) {
-            ggml_tensor * xi =
-                lanes.size() == 1 ? x : ggml_view_2d(ctx, x, x->ne[0], lanes[i].n, x->nb[1], at * x->nb[1]);
-            last = transformer(xi, i);
-            if (lanes[i].full) {
-                full.push_back(last);
-                st.push_back(lanes[i].st);
-                rows.push_back(lanes[i].n);
-            } else {
-                ggml_build_forward_expand(gf, last);
-            }
+            if (!lanes[i].full) continue;
+            st.push_back(lanes[i].st);
+            rows.push_back(lanes[i].n);
+            for (int64_t t = 0; t < lanes[i].n; ++t) kept.push_back(static_cast<int32_t>(at + t));
         }
-        if (full.empty()) return last;
-        x = concat_all(full);
+        if (kept.empty()) return x;
+        if (static_cast<int64_t>(kept.size()) < n_all) x = ggml_get_rows(ctx, x, index_input(std::move(kept)));
         for (int i = 0; i < static_cast<int>(w.upsample.size()); ++i) x = upsample(x, i);
         x = named(conv_left(x, w.voc_in, w.voc_in_b, lefts([](VocoderState & s) { return s.voc_in; })), "cd.voc_in");
         for (int b = 0; b < static_cast<int>(w.voc.size()); ++b) x = voc_block(x, b);
@@ -327,21 +324,19 @@ std::vector<float> run_lanes(const Vocoder & w, const CodecRunner & r, const std
         const int64_t g = w.n_quantizers;
         int64_t n_all = 0;
         for (const Lane & ln : lanes) n_all += ln.n;
-        std::vector<int32_t> ids(static_cast<size_t>(n_all * g));
+        std::vector<int32_t> ids(static_cast<size_t>(n_all * g)), pos(static_cast<size_t>(n_all));
         int64_t at = 0;
         for (size_t i = 0; i < lanes.size(); ++i) {
             const Lane & ln = lanes[i];
             const int64_t n = ln.n, n_past = ln.st->n_past, n_kv = attended(ln, whole);
-            std::vector<int32_t> pos(static_cast<size_t>(n));
             // query t (position p) sees keys p-window+1..p of its segment
             std::vector<float> mask(static_cast<size_t>(n * n_kv), -INFINITY);
             for (int64_t t = 0; t < n; ++t) {
                 for (int64_t q = 0; q < g; ++q) ids[q * n_all + at + t] = ln.codes[t * g + q];
                 const int64_t p = n_past + t;
-                pos[t] = static_cast<int32_t>(p);
+                pos[at + t] = static_cast<int32_t>(p);
                 for (int64_t j = std::max<int64_t>(0, p - w.sliding_window + 1); j <= p; ++j) mask[t * n_kv + j] = 0.0f;
             }
-            set_input(graph, format("cd.pos%zu", i).c_str(), pos);
             set_input(graph, format("cd.mask%zu", i).c_str(), mask);
             if (whole) {  // keys at their positions; V, transposed, one element per value (KvRows)
                 const TransformerHParams & hp = w.tfm.hp;
@@ -360,6 +355,7 @@ std::vector<float> run_lanes(const Vocoder & w, const CodecRunner & r, const std
             at += n;
         }
         set_input(graph, "cd.codes", ids);
+        set_input(graph, "cd.pos", pos);
         for (const auto & in : index) set_input(graph, in.first.c_str(), in.second);
     };
     ggml_cgraph * gf = whole ? r.replay(format("vocoder/%llu/%lld/%d", static_cast<unsigned long long>(lanes[0].st->id),
@@ -455,6 +451,7 @@ void vocoder_push(const Vocoder & w, const CodecRunner & r, std::vector<VocoderP
         p.out.clear();
         todo.push_back(plan(w, p));
     }
+    const int64_t max_frames = r.portable ? kMaxPortableGraphFrames : kMaxGraphFrames;
     // Round k decodes the k-th piece of every stream that has one, as few graphs as hold them.
     for (size_t k = 0;; ++k) {
         std::vector<Piece *> round;
@@ -468,7 +465,7 @@ void vocoder_push(const Vocoder & w, const CodecRunner & r, std::vector<VocoderP
             int64_t frames = 0;
             for (; a < round.size() && lanes.size() < kMaxGraphLanes; ++a) {
                 Piece & pc = *round[a];
-                if (!lanes.empty() && frames + pc.m > kMaxGraphFrames) break;
+                if (!lanes.empty() && frames + pc.m > max_frames) break;
                 CodecStream & s = *pc.push->stream;
                 std::unique_ptr<VocoderState> & st = s.slot[pc.slot];
                 if (pc.reset) {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
+#include <utility>
 
 #include "ops/qmatmul.h"
 #include "runtime/error.h"
@@ -60,6 +61,16 @@ ggml_tensor * overlapping_rows(ggml_context * ctx, ggml_tensor * x, int64_t widt
     v->nb[1] = step;
     v->nb[2] = v->nb[3] = step * rows;
     return v;
+}
+
+ggml_tensor * concat_rows(ggml_context * ctx, std::vector<ggml_tensor *> parts) {
+    while (parts.size() > 1) {
+        std::vector<ggml_tensor *> next;
+        for (size_t i = 0; i + 1 < parts.size(); i += 2) next.push_back(ggml_concat(ctx, parts[i], parts[i + 1], 1));
+        if (parts.size() % 2) next.push_back(parts.back());
+        parts = std::move(next);
+    }
+    return parts[0];
 }
 
 void keep(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * xp, ggml_tensor * left) {

@@ -42,6 +42,10 @@ ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_
 // rows through nb[1]).
 ggml_tensor * overlapping_rows(ggml_context * ctx, ggml_tensor * x, int64_t width, int64_t rows, size_t step = 0);
 
+// The parts ([C, n_i] each) one after the other along ne1, concatenated in pairs: each row is
+// copied about log2(count) times, not count/2.
+ggml_tensor * concat_rows(ggml_context * ctx, std::vector<ggml_tensor *> parts);
+
 // Once the graph has read `left` ([C, p], a conv's carried left context), it receives the last p
 // rows of xp for the next graph.
 void keep(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * xp, ggml_tensor * left);

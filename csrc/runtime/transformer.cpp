@@ -261,14 +261,29 @@ struct LayerBuilder {
         }
         q = named(q, "%s.%d.q", p, il);
         k = named(k, "%s.%d.k", p, il);
-        ggml_tensor * out = attend(q, k, v, o.kv, il, pos);
+        ggml_tensor * out = o.segments ? attend_segments(q, k, v, il) : attend(q, k, v, o.kv, o.mask, il, pos);
         return named(mat(out, l.wo), "%s.%d.attn_out", p, il);
+    }
+
+    // Each segment's rows of q, k, v [hd, heads, n_all] attended over its own cache; the outputs
+    // one after the other.
+    ggml_tensor * attend_segments(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int il) const {
+        std::vector<ggml_tensor *> outs;
+        int64_t at = 0;
+        for (const KvSegment & s : *o.segments) {
+            auto rows = [&](ggml_tensor * t) {
+                return ggml_view_3d(ctx, t, t->ne[0], t->ne[1], s.n, t->nb[1], t->nb[2], at * t->nb[2]);
+            };
+            outs.push_back(attend(rows(q), rows(k), rows(v), &s.kv, s.mask, il, nullptr));
+            at += s.n;
+        }
+        return concat_rows(ctx, std::move(outs));
     }
 
     // Softmax attention of q [hd, n_head, n] (at positions `at`) over the cache window `kv` (k, v
     // written into it first) or, without one, over k, v themselves; [hd * n_head, n].
-    ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const KvWindow * kv, int il,
-                         ggml_tensor * at) const {
+    ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const KvWindow * kv, ggml_tensor * mask,
+                         int il, ggml_tensor * at) const {
         const TransformerHParams & hp = t.hp;
         const int64_t n_all = q->ne[2], hd = hp.head_dim, nkv = hp.n_head_kv;
         const int64_t lanes = kv ? kv->lanes : 1, n = n_all / lanes;
@@ -281,7 +296,7 @@ struct LayerBuilder {
         // A fused cache (CPU, native ops): one op over the head-major K and V windows, at the
         // positions the graph's input gives when it runs (KvWindow::fused).
         if (kv && kv->fused) {
-            if (o.mask) fail("%s: a fused KV cache takes no mask", o.prefix);
+            if (mask) fail("%s: a fused KV cache takes no mask", o.prefix);
             const size_t row = hd * sizeof(float);
             auto window = [&](ggml_tensor * c) {
                 return ggml_view_4d(ctx, c, hd, kv->n_kv, nkv, lanes, row, c->nb[2], kv->lane_stride * row,
@@ -328,8 +343,8 @@ struct LayerBuilder {
         }
         q = ggml_permute(ctx, by_lane(q), 0, 2, 1, 3);
         ggml_tensor * kq = mul_mat(ctx, K, q);  // [n_kv, n, n_head, lanes]
-        if (!o.mask && n > 1) kq = ggml_diag_mask_inf(ctx, kq, static_cast<int>(n_past));
-        kq = named(ggml_soft_max_ext(ctx, kq, o.mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f), "%s.%d.attn_w",
+        if (!mask && n > 1) kq = ggml_diag_mask_inf(ctx, kq, static_cast<int>(n_past));
+        kq = named(ggml_soft_max_ext(ctx, kq, mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f), "%s.%d.attn_w",
                    o.prefix, il);
         ggml_tensor * out = ggml_permute(ctx, mul_mat(ctx, VT, kq), 0, 2, 1, 3);  // [hd, n_head, n, lanes]
         return ggml_cont_2d(ctx, out, hd * hp.n_head, n_all);
@@ -366,13 +381,13 @@ struct LayerBuilder {
 
 ggml_tensor * transformer_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * x, ggml_tensor * pos,
                                 const Transformer & t, const StackOptions & o) {
-    auto check = [&](const KvWindow & w, int64_t n) {
+    auto check = [&](const KvWindow & w, int64_t n, ggml_tensor * mask) {
         const int64_t n_ctx = w.k->empty() ? 0 : w.k->front()->ne[w.fused ? 1 : 2];
         if (w.v->size() != w.k->size() || (n_ctx > 0 && w.v->front()->ne[w.fused ? 1 : 0] != n_ctx)) {
             fail("%s: the V cache does not match the K cache", o.prefix);
         }
         const int64_t need = w.first + (w.lanes > 1 ? (w.lanes - 1) * w.lane_stride + w.n_kv : w.n_kv);
-        if (w.rows && (w.fused || (w.lanes > 1 && n != w.lanes) || !o.mask)) {
+        if (w.rows && (w.fused || (w.lanes > 1 && n != w.lanes) || !mask)) {
             fail("%s: cache rows take one position per lane (or a single lane), a mask and a cache that is not fused",
                  o.prefix);
         }
@@ -382,7 +397,21 @@ ggml_tensor * transformer_stack(ggml_context * ctx, ggml_cgraph * gf, ggml_tenso
                  static_cast<long long>(w.n_past + n / std::max<int64_t>(w.lanes, 1)), static_cast<long long>(n_ctx));
         }
     };
-    if (o.kv) check(*o.kv, x->ne[1]);
+    if (o.kv) check(*o.kv, x->ne[1], o.mask);
+    if (o.segments) {
+        int64_t rows = 0;
+        for (const KvSegment & s : *o.segments) {
+            if (s.kv.lanes != 1 || s.kv.fused || !s.mask || s.n < 1) {
+                fail("%s: a segment is one lane over a cache that is not fused, with a mask", o.prefix);
+            }
+            check(s.kv, s.n, s.mask);
+            rows += s.n;
+        }
+        if (o.kv || o.mask || rows != x->ne[1]) {
+            fail("%s: segments take the place of kv and mask, and cover the graph's %lld rows", o.prefix,
+                 static_cast<long long>(x->ne[1]));
+        }
+    }
     const LayerBuilder b{ctx, gf, t, o, pos};
     for (int il = 0; il < static_cast<int>(t.layers.size()); ++il) x = b.layer(x, il);
     return x;

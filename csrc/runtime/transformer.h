@@ -144,10 +144,22 @@ KvStepGraph kv_step_graph(ggml_context * ctx, const TransformerHParams & hp, int
                           const char * prefix);
 void set_kv_step_inputs(ggml_cgraph * gf, const KvStepInputs & in, const char * prefix);
 
+// One of several sequences of their own lengths whose rows follow one another in a graph, each
+// over its own cache (the vocoder's lanes, docs/serving.md "Batched vocoder"): every op but the
+// attention runs once over all their rows, so a lane adds its cache writes and its attention to
+// the graph, not a whole stack.
+struct KvSegment {
+    KvWindow kv;  // a single lane, not fused
+    ggml_tensor * mask = nullptr;  // additive F32 [kv.n_kv, n]
+    int64_t n = 0;  // its rows
+};
+
 struct StackOptions {
     const char * prefix = "";  // intermediates are named "<prefix>.<layer>.<stage>"
     const KvWindow * kv = nullptr;  // null: attend within the graph's own positions
     ggml_tensor * mask = nullptr;  // additive F32 [n_kv, n] or [n_kv, n / lanes, 1, lanes]; null: causal
+    // Instead of kv and mask: the graph's rows are these sequences, in order.
+    const std::vector<KvSegment> * segments = nullptr;
 };
 
 // Run `x` [n_embd, n] through every layer (positions `pos`, I32 [n]); the cache writes are
