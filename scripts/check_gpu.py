@@ -202,17 +202,14 @@ def run(a: argparse.Namespace) -> int:
     r.phase("batch_parity_exact", ["batch_parity", str(gold), "--device", a.device, "--precision", "exact"], 20)
     fr = str(a.frames)
     if a.device != "cpu":
+        # serving at scale first (docs/serving.md): the batched eager path, the vocoder's pushes,
+        # the server under 10 requests/s, where a stream's first audio goes
         r.phase("batch_0.6B_bf16", ["batch", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
                                     "--batches", "1,8,32,64"], 60)
+        r.phase("vocoder_0.6B_bf16", ["vocoder", "0.6B-Base", "bf16", "--device", a.device], 60)
         r.phase("serve_0.6B_bf16", ["serve", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
-                                    "--batches", "8,64", "--clients", "40", "--rate", "10", "--duration", "8"], 40)
-        # the VoiceDesign model once computed at the fast level inside an exact process
-        # (docs/gpu.md, "Status"): repeated, alone, and with cuBLAS's TF32 switch set before start
-        exact = ["parity", str(gold), "--device", a.device, "--precision", "exact", "--ops", a.ops]
-        r.phase("parity_exact_again", exact, 20)
-        r.phase("parity_exact_env", exact, 20, env={"NVIDIA_TF32_OVERRIDE": "0"})
-        for k in (1, 2, 3):
-            r.phase(f"parity_exact_vd_alone_{k}", [*exact, "--only", "tiny_voice_design"], 15)
+                                    "--batches", "64", "--clients", "60", "--rate", "10", "--duration", "12"], 40)
+        r.phase("first_audio_0.6B_bf16", ["first_audio", "0.6B-Base", "bf16", "--device", a.device], 30)
     if a.device != "cpu" and not _passed(r.results, "parity_exact"):
         # where a difference comes from: the sampling in the frame graph, CUDA-graph capture, or
         # ggml-cuda's op fusion
@@ -222,16 +219,15 @@ def run(a: argparse.Namespace) -> int:
         r.phase("parity_exact_no_fusion", exact, 20, env={"GGML_CUDA_DISABLE_FUSION": "1"})
     r.phase("speed_0.6B_bf16", ["speed", "0.6B-Base", "bf16", "--device", a.device, "-t", "4", "--frames", fr], 90)
     if a.device != "cpu":
-        r.phase("speed_0.6B_bf16_no_cuda_graphs", ["speed", "0.6B-Base", "bf16", "--device", a.device, "-t", "4",
-                                                   "--frames", fr], 45, env={"GGML_CUDA_DISABLE_GRAPHS": "1"})
         r.phase("speed_0.6B_bf16_exact", ["speed", "0.6B-Base", "bf16", "--device", a.device, "-t", "4",
                                           "--frames", fr, "--precision", "exact"], 45)
-        r.phase("first_audio_0.6B_bf16", ["first_audio", "0.6B-Base", "bf16", "--device", a.device], 40)
-        r.phase("speed_0.6B_q8_0_cpu", ["speed", "0.6B-Base", "q8_0", "--device", "cpu", "-t", str(threads),
-                                        "--frames", fr], 90)
-        r.phase("official_0.6B_bf16", ["official", "0.6B-Base", "--frames", fr], 100, reference=True)
         r.phase("speed_1.7B_bf16", ["speed", "1.7B-Base", "bf16", "--device", a.device, "-t", "4", "--frames", fr],
                 150)
+        r.phase("official_0.6B_bf16", ["official", "0.6B-Base", "--frames", fr], 100, reference=True)
+        r.phase("speed_0.6B_q8_0_cpu", ["speed", "0.6B-Base", "q8_0", "--device", "cpu", "-t", str(threads),
+                                        "--frames", fr], 90)
+        r.phase("speed_0.6B_bf16_no_cuda_graphs", ["speed", "0.6B-Base", "bf16", "--device", a.device, "-t", "4",
+                                                   "--frames", fr], 45, env={"GGML_CUDA_DISABLE_GRAPHS": "1"})
     r.results["finished_s"] = round(time.monotonic() - r.t0, 1)
     r.save()
     table = format_table(r.results)
@@ -243,6 +239,10 @@ def run(a: argparse.Namespace) -> int:
 def _passed(res: dict[str, Any], phase: str) -> bool:
     got = (res["phases"].get(phase) or {}).get("result") or {}
     return bool(got.get("passed"))
+
+
+def _phases(prof: dict[str, dict[str, float]]) -> str:
+    return ", ".join(f"{k} {v.get('compute', 0):.0f} ms / {v.get('graphs', 0):.0f}" for k, v in prof.items())
 
 
 def format_table(res: dict[str, Any]) -> str:
@@ -299,9 +299,9 @@ def format_table(res: dict[str, Any]) -> str:
         keys = ("audio_s_per_s", "ms_per_frame", "first_audio_p50_ms", "first_audio_p95_ms", "underruns",
                 "completed", "requests")
         lines += ["", f"## bench serve ({got['device']}, {got.get('device_description', '')})", "",
-                  "| B | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
-        lines += [f"| {b} | " + " | ".join("-" if row.get(k) is None else f"{row[k]:.4g}" for k in keys) + " |"
-                  for b, row in got["batches"].items()]
+                  "| B | " + " | ".join(keys) + " | phases |", "|---|" + "---|" * (len(keys) + 1)]
+        lines += [f"| {b} | " + " | ".join("-" if row.get(k) is None else f"{row[k]:.4g}" for k in keys) +
+                  f" | {_phases(row.get('profile', {}))} |" for b, row in got["batches"].items()]
     got = (ph.get("first_audio_0.6B_bf16") or {}).get("result")
     if got:
         med = got["median"]
@@ -310,10 +310,21 @@ def format_table(res: dict[str, Any]) -> str:
                   "| " + " | ".join(f"{v:.1f}" for v in med.values()) + " |"]
     got = (ph.get("batch_0.6B_bf16") or {}).get("result")
     if got:
-        lines += ["", f"## Batching (synthesize_batch, {got['frames']} frames each)", "",
-                  "| B | wall s | audio s | x real time | ms per step |", "|---|---|---|---|---|"]
+        lines += ["", f"## Batching (synthesize_batch, {got['frames']} frames each; phases: compute ms, graphs)", "",
+                  "| B | wall s | audio s | x real time | ms per step | phases |", "|---|---|---|---|---|---|"]
         lines += [f"| {w['batch']} | {w['wall_s']:.2f} | {w['audio_s']:.1f} | {w['x_real_time']:.1f} | "
-                  f"{w['ms_per_step']:.2f} |" for w in got["rows"]]
+                  f"{w['ms_per_step']:.2f} | {_phases(w.get('profile', {}))} |" for w in got["rows"]]
+    got = (ph.get("vocoder_0.6B_bf16") or {}).get("result")
+    if got:
+        lines += ["", "## Vocoder pushes (median ms; graphs, computed nodes, build / alloc / compute ms)", "",
+                  "| streams x frames | ms | graphs | nodes | build | alloc | compute |", "|" + "---|" * 7]
+        rows = [(f"{x['streams']} x {x['frames']}", x) for x in got["pushes"]]
+        e = got["eager"]
+        rows += [(f"eager {e['pieces']} x {e['frames']}, {k}", e[k]) for k in ("together", "each_alone")]
+        for name, x in rows:
+            pl = x["plumbing"]
+            lines.append(f"| {name} | {x['ms']:.1f} | {pl.get('graphs', 0):.0f} | {pl.get('nodes', 0):.0f} | "
+                         f"{pl.get('build', 0):.1f} | {pl.get('alloc', 0):.1f} | {pl.get('compute', 0):.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -337,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--goldens", help="a folder `goldens` wrote (the reference then need not be installed here)")
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--phases", help="run only these phases (comma-separated names as in the JSON)")
-    for name in ("info", "goldens", "parity", "batch_parity", "speed", "batch", "serve", "first_audio", "official"):
+    for name in ("info", "goldens", "parity", "batch_parity", "speed", "batch", "serve", "first_audio", "official",
+                 "vocoder"):
         p = sub.add_parser(name, help=argparse.SUPPRESS)
         p.add_argument("--json", required=True)
         if name in ("goldens", "parity", "batch_parity"):
@@ -356,7 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         if name in ("speed", "batch", "serve", "first_audio", "official"):
             p.add_argument("release")
             p.add_argument("--frames", type=int, default=100)
-        if name in ("speed", "batch", "serve", "first_audio"):
+        if name == "vocoder":
+            p.add_argument("release")
+        if name in ("speed", "batch", "serve", "first_audio", "vocoder"):
             p.add_argument("type")
             p.add_argument("--device", default="auto")
         if name in ("batch", "serve"):
@@ -398,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
                        [int(b) for b in a.batches.split(",")])
     elif a.cmd == "first_audio":
         got = gc.first_audio(a.release, a.type, a.device, a.runs)
+    elif a.cmd == "vocoder":
+        got = gc.vocoder_pushes(a.release, a.type, a.device)
     else:
         got = gc.official(a.release, a.frames)
     Path(a.json).write_text(json.dumps(got, indent=1, default=str))

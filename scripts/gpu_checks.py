@@ -255,9 +255,11 @@ def speed(release: str, qtype: str, device: str, threads: int, frames: int, prec
 
 def batching(release: str, qtype: str, device: str, frames: int, batches: list[int]) -> dict[str, Any]:
     """Aggregate audio seconds per wall second of synthesize_batch at each batch size (the same
-    text per item, its own seed each, EOS masked for `frames` frames)."""
+    text per item, its own seed each, EOS masked for `frames` frames), and where each B's time
+    went (bench.profile.plumbing: per phase)."""
     import qtts
     from qtts.bench.common import clip, prepare, settings
+    from qtts.bench.profile import plumbing
 
     m = qtts.Model(str(prepare(release, qtype, 0)), device=device, n_threads=4, voice_cache=False)
     voice = m.create_voice((clip(10.0), 24000), None, x_vector_only_mode=True)
@@ -266,13 +268,87 @@ def batching(release: str, qtype: str, device: str, frames: int, batches: list[i
     r: dict[str, Any] = {"devices": m.devices, "frames": frames, "rows": []}
     for b in batches:
         kw = {**settings(frames, 0), "seed": list(range(b))}
-        t0 = time.perf_counter()
-        out = m.synthesize_batch([text] * b, max_batch=b, voice=voice, **kw)
-        wall = time.perf_counter() - t0
+        with plumbing(m) as prof:
+            t0 = time.perf_counter()
+            out = m.synthesize_batch([text] * b, max_batch=b, voice=voice, **kw)
+            wall = time.perf_counter() - t0
         audio_s = sum(len(a.samples) for a in out) / m.sample_rate
         r["rows"].append({"batch": b, "wall_s": wall, "audio_s": audio_s, "x_real_time": audio_s / wall,
-                          "ms_per_step": wall * 1e3 / frames})
+                          "ms_per_step": wall * 1e3 / frames, "profile": prof})
     return r
+
+
+PUSH_SHAPES = ((1, 1), (1, 8), (8, 1), (8, 8), (16, 1), (16, 8), (64, 8))  # (streams, frames)
+
+
+def vocoder_pushes(release: str, qtype: str, device: str, repeats: int = 3, shapes: Any = PUSH_SHAPES,
+                   eager: tuple[int, int] = (64, 50)) -> dict[str, Any]:
+    """What a batched vocoder push costs on this device (docs/serving.md, "Batched vocoder"):
+    for S streams of F frames each, the median ms of one decode_streams_push and its plumbing
+    (graphs, nodes, build/alloc/compute); a lone stream's chunk of up to 8 frames is a replayed
+    graph, the rest are built per push. Then `synthesize_batch`'s eager decode of 64 pieces of 50
+    frames (`eager`): one push of all on fresh streams against a decode per piece."""
+    import numpy as np
+
+    import qtts
+    from qtts.bench.common import prepare
+    from qtts.bench.profile import plumbing
+
+    m = qtts.Model(str(prepare(release, qtype, 0)), device=device, n_threads=4, voice_cache=False)
+    rng = np.random.default_rng(0)
+
+    book = int(m.engine.hparams["codec_decoder"]["codebook_size"])
+
+    def codes(n: int) -> Any:
+        return rng.integers(0, book, size=(n, m.engine.num_code_groups)).astype(np.int32)
+
+    def timed(run: Any, repeats: int = repeats) -> dict[str, Any]:
+        times: list[float] = []
+        prof: dict[str, Any] = {}
+        for i in range(repeats + 1):  # the first builds (a replayed graph: once)
+            with plumbing(m) as got:
+                t0 = time.perf_counter()
+                run()
+                ms = (time.perf_counter() - t0) * 1e3
+            if i:
+                times.append(ms)
+                prof = got
+        return {"ms": float(np.median(times)), "plumbing": prof.get("vocoder", {})}
+
+    rows = []
+    for streams, frames in shapes:
+        ids = [m.engine.new_stream_id() for _ in range(streams)]
+        with m.engine.session() as s:
+            for i in ids:
+                s.decode_stream_reset(stream=i)
+
+        def push(ids: list[int] = ids, frames: int = frames) -> None:
+            with m.engine.session() as s:
+                s.decode_streams_push([(i, codes(frames)) for i in ids])
+
+        rows.append({"streams": streams, "frames": frames, **timed(push)})
+        with m.engine.session() as s:
+            for i in ids:
+                s.decode_stream_close(i)
+    pieces = [codes(eager[1]) for _ in range(eager[0])]
+    ids = [m.engine.new_stream_id() for _ in range(eager[0])]
+
+    def together() -> None:
+        with m.engine.session() as s:
+            for i in ids:
+                s.decode_stream_reset(stream=i)
+            s.decode_streams_push(list(zip(ids, pieces, strict=True)))
+
+    def each() -> None:
+        with m.engine.session() as s:
+            for p in pieces:
+                s.decode(p)
+
+    got = {"pieces": eager[0], "frames": eager[1], "together": timed(together, 2), "each_alone": timed(each, 1)}
+    with m.engine.session() as s:
+        for i in ids:
+            s.decode_stream_close(i)
+    return {"devices": m.devices, "pushes": rows, "eager": got}
 
 
 def first_audio(release: str, qtype: str, device: str, runs: int) -> dict[str, Any]:
@@ -331,7 +407,8 @@ def serve(release: str, qtype: str, device: str, frames: int, clients: int, rate
     from qtts.bench.common import prepare
     from qtts.bench.serve import serve_worker
 
-    return serve_worker(str(prepare(release, qtype, 0)), 4, frames, 0, clients, rate, duration, batches, device=device)
+    return serve_worker(str(prepare(release, qtype, 0)), 4, frames, 0, clients, rate, duration, batches, device=device,
+                        profile=True)
 
 
 def official(release: str, frames: int) -> dict[str, Any]:

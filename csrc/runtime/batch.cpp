@@ -268,6 +268,7 @@ std::vector<SlotResult> Batch::step(int n_frames) {
 // which no generation reaches (Batch::add); so does a free lane, at its first. Their outputs are
 // dropped. Each slot's wall time is the whole batched step: what its request waited.
 void Batch::talker_step(const std::vector<Slot *> & stepping) {
+    const Session::Phase phase(session_, "talker");  // the profile's keys, as a lone generation's
     const Model & m = session_.model();
     const std::vector<int> ids = active();
     const int lanes = ids.back() + 1, groups = m.talker.n_code_groups, d = m.talker.n_embd();
@@ -332,6 +333,7 @@ void Batch::talker_step(const std::vector<Slot *> & stepping) {
 }
 
 void Batch::predict(const std::vector<Slot *> & s) {
+    const Session::Phase phase(session_, "predictor");
     const Model & m = session_.model();
     const int B = static_cast<int>(s.size()), groups = m.talker.n_code_groups, d = m.talker.n_embd();
     auto t0 = Clock::now();

@@ -10,6 +10,8 @@ readbacks, host sampling). Prefill and the embeddings ("other") are per request,
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 # the timed run's unprofiled wall time per frame of each phase (speed_worker's keys)
@@ -32,6 +34,26 @@ def collect(model: Any, text: str, kwargs: dict[str, Any], frames: int, timed: d
         with model.engine.session() as s:
             s.set_profiling(False)
     return summarize(raw, frames, timed)
+
+
+@contextlib.contextmanager
+def plumbing(model: Any) -> Iterator[dict[str, dict[str, float]]]:
+    """While inside: the session's profile without per-op times (graphs computed whole, so a
+    device's wall clock is not disturbed); on leaving, the dict yielded is filled per phase with
+    its build, alloc and compute ms and its graph, node and split counts."""
+    got: dict[str, dict[str, float]] = {}
+    with model.engine.session() as s:
+        s.set_profiling(True, ops=False)
+    try:
+        yield got
+        with model.engine.session() as s:
+            raw = s.profile()
+    finally:
+        with model.engine.session() as s:
+            s.set_profiling(False)
+    for key, value in sorted(raw.items()):
+        phase, _, what = key.partition("/")
+        got.setdefault(phase, {})[what.lstrip(":")] = round(value, 3)
 
 
 def summarize(raw: dict[str, float], frames: int, timed: dict[str, Any]) -> dict[str, Any]:

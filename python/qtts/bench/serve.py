@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import TEXT, clip, logger, machine, prepare
+from .profile import plumbing
 from .serve_clients import UNDERRUN_TOLERANCE_S, Stream, poisson_arrivals, run_clients
 
 BATCHES = (1, 2, 4, 8)
@@ -179,7 +180,10 @@ def live_server(m: Any, max_batch: int, max_queue: int, voices: Path) -> Iterato
 
 
 def serve_worker(gguf: str, threads: int, frames: int, seed: int, clients: int, rate: float, duration: float,
-                 batches: list[int], device: str = "cpu", precision: str = "auto") -> dict[str, Any]:
+                 batches: list[int], device: str = "cpu", precision: str = "auto",
+                 profile: bool = False) -> dict[str, Any]:
+    """profile: each B's result also has the session's time per phase while the clients ran
+    (bench.profile.plumbing: build, alloc and compute ms, graph, node and split counts)."""
     import qtts
 
     from ..runtime.engine import available_devices
@@ -203,9 +207,12 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, clients: int, 
             with live_server(m, b, clients, Path(tmp)) as port:
                 run_clients(port, [body(0, WARMUP_FRAMES)], [0.0], START_TIMEOUT_S, sr)  # the first graphs
                 load0 = os.getloadavg()[0]
-                streams = run_clients(port, [body(i, frames) for i in range(clients)], arrivals, duration, sr)
+                with plumbing(m) if profile else contextlib.nullcontext({}) as prof:
+                    streams = run_clients(port, [body(i, frames) for i in range(clients)], arrivals, duration, sr)
                 load1 = os.getloadavg()[0]
             r["batches"][str(b)] = asdict(summarize(b, streams, spf, sr, (load0, load1), nodes))
+            if profile:
+                r["batches"][str(b)]["profile"] = prof
     return r
 
 
