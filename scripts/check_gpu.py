@@ -72,46 +72,11 @@ def _wheel(wheels: Path, prefix: str) -> list[str]:
     return [str(p) for p in sorted(wheels.glob(f"{prefix}-*.whl"))]
 
 
-GGML_PARTS = "libggml-built.tar.xz.part"  # --save-ggml's files: under the 16 MiB a device run returns
-GGML_PART_BYTES = 15 << 20
-
-
-def save_ggml(site: Path, out: Path) -> list[str]:
-    """The installed ggml (the package folder and its metadata) as an xz tarball cut into parts."""
-    import io
-    import tarfile
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz", preset=3) as tar:
-        for p in sorted(site.glob("libggml*")):
-            tar.add(p, arcname=p.name)
-    data, names = buf.getvalue(), []
-    for i in range(0, len(data), GGML_PART_BYTES):
-        names.append(f"{GGML_PARTS}{i // GGML_PART_BYTES:02d}")
-        (out / names[-1]).write_bytes(data[i:i + GGML_PART_BYTES])
-    return names
-
-
-def load_ggml(parts_dir: Path, site: Path) -> None:
-    """What save_ggml wrote (on a machine of the same kind) installed into `site`."""
-    import io
-    import tarfile
-
-    parts = sorted(parts_dir.glob(f"{GGML_PARTS}*"))
-    if not parts:
-        raise OSError(f"no {GGML_PARTS}NN files in {parts_dir}")
-    site.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts)), mode="r:xz") as tar:
-        tar.extractall(site, filter="data")
-
-
-def build(wheels: Path, work: Path, log: Path, cuda_build: bool = True,
-          ggml_built: Path | None = None) -> tuple[str, str]:
+def build(wheels: Path, work: Path, log: Path, cuda_build: bool = True) -> tuple[str, str]:
     """ggml (CUDA) and qtts built into a folder of their own on top of this interpreter's
     packages (a venv would not see them when this interpreter is itself a venv's), the build
-    back end's pinned versions in another, the reference's wheels in a third; ggml_built: the
-    folder of an earlier run's --save-ggml parts, installed instead of building ggml. Returns
-    (site folder, reference site folder)."""
+    back end's pinned versions in another, the reference's wheels in a third. Returns (site
+    folder, reference site folder)."""
     site, build_site, ref_site = work / "site", work / "build-site", work / "reference-site"
     env = dict(os.environ)
     cuda = Path("/usr/local/cuda/bin")
@@ -142,12 +107,7 @@ def build(wheels: Path, work: Path, log: Path, cuda_build: bool = True,
         cuda_flags = ["-C", "cmake.define.GGML_CUDA=ON", "-C", f"cmake.define.CMAKE_CUDA_ARCHITECTURES={_gpu_arch()}",
                       "-C", "cmake.define.GGML_CUDA_GRAPHS=ON", "-C", "cmake.define.GGML_CUDA_FA=OFF",
                       "-C", "cmake.define.GGML_CUDA_NCCL=OFF"] if cuda_build else []
-        if ggml_built is None:
-            sh([*pip, "--target", str(site), "--no-build-isolation", "--no-binary", "libggml-python", GGML,
-                *cuda_flags])
-        else:
-            f.write(f"ggml: installed from {ggml_built}\n")
-            load_ggml(ggml_built, site)
+        sh([*pip, "--target", str(site), "--no-build-isolation", "--no-binary", "libggml-python", GGML, *cuda_flags])
         sh([*pip, "--target", str(site), "--no-build-isolation", str(REPO)])
         ref = wheels_of("qwen_tts", "transformers", "huggingface_hub", "tokenizers", "accelerate", "librosa",
                         "audioread", "decorator", "pooch", "platformdirs")
@@ -220,8 +180,7 @@ def run(a: argparse.Namespace) -> int:
     if not a.no_build:
         t = time.monotonic()
         try:
-            r.site, r.ref_site = build(Path(a.wheels).resolve(), work, out / "build.log", not a.no_cuda_build,
-                                       Path(a.ggml_built).resolve() if a.ggml_built else None)
+            r.site, r.ref_site = build(Path(a.wheels).resolve(), work, out / "build.log", not a.no_cuda_build)
             r.results["build"] = {"seconds": round(time.monotonic() - t, 1), "ok": True}
         except (subprocess.CalledProcessError, OSError) as e:  # a failed step, or no nvidia-smi / nvcc
             r.results["build"] = {"seconds": round(time.monotonic() - t, 1), "ok": False, "error": str(e)}
@@ -269,8 +228,6 @@ def run(a: argparse.Namespace) -> int:
                                         "--frames", fr], 90)
         r.phase("speed_0.6B_bf16_no_cuda_graphs", ["speed", "0.6B-Base", "bf16", "--device", a.device, "-t", "4",
                                                    "--frames", fr], 45, env={"GGML_CUDA_DISABLE_GRAPHS": "1"})
-    if a.save_ggml and r.site:
-        r.results["saved_ggml"] = save_ggml(Path(r.site), out)
     r.results["finished_s"] = round(time.monotonic() - r.t0, 1)
     r.save()
     table = format_table(r.results)
@@ -391,10 +348,6 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--goldens", help="a folder `goldens` wrote (the reference then need not be installed here)")
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--phases", help="run only these phases (comma-separated names as in the JSON)")
-    r.add_argument("--save-ggml", action="store_true",
-                   help=f"also write the built ggml to OUT as {GGML_PARTS}NN (for --ggml-built on a later run)")
-    r.add_argument("--ggml-built", help="a folder of --save-ggml parts from a machine of the same kind: installed "
-                                        "instead of building ggml")
     for name in ("info", "goldens", "parity", "batch_parity", "speed", "batch", "serve", "first_audio", "official",
                  "vocoder"):
         p = sub.add_parser(name, help=argparse.SUPPRESS)
