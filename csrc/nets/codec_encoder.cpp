@@ -89,6 +89,10 @@ void load_codec_encoder(GgufFile & f, CodecEncoder & e) {
 
 void codec_encoder_convs(const CodecEncoder & e, std::vector<PanelConv> & out) {
     for (const CodecEncoder::Conv & c : e.convs) out.push_back({c.w, c.stride});
+    // the transformer's linear layers are single-tap panels too (StackOptions::portable)
+    for (const TransformerLayer & l : e.tfm.layers) {
+        for (const ggml_tensor * t : layer_matrices(l)) out.push_back({t, 1});
+    }
     for (const CodecEncoder::Residual & r : e.res) {
         out.push_back({r.conv1, 1});
         out.push_back({r.conv2, 1});
@@ -158,6 +162,7 @@ struct QuantizerBuilder {
     ggml_tensor * build(ggml_tensor * emb, ggml_tensor * pos, ggml_tensor * pad_idx, int64_t n_out) {
         StackOptions o;
         o.prefix = "ce.tfm";
+        o.portable = ops.portable;
         ggml_tensor * x = transformer_stack(ctx, gf, emb, pos, w.tfm, o);
         // ×2 downsample, causal with replicate padding: one GEMM over overlapping rows
         ggml_tensor * xp = ggml_get_rows(ctx, x, pad_idx);

@@ -195,6 +195,7 @@ struct Builder {
         StackOptions o;
         o.prefix = "cd.tfm";
         o.segments = &segs;
+        o.portable = ops.portable;
         x = transformer_stack(ctx, gf, x, pos, w.tfm, o);
         return named(linear(ctx, rms_norm(ctx, x, w.tfm_norm, hp.eps), w.tfm_out, w.tfm_out_b), "cd.tfm");
     }

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "ops/attend.h"
-#include "ops/conv_gemm.h"
+#include "runtime/codec_ops.h"
 #include "runtime/error.h"
 #include "runtime/gguf_file.h"
 #include "runtime/loader.h"
@@ -215,10 +215,11 @@ struct LayerBuilder {
     const StackOptions & o;
     ggml_tensor * pos;
 
-    // QWEN3 weights are ggml matrices; the codecs' are single-tap conv-GEMM panels
+    // QWEN3 weights are ggml matrices; the codecs' are single-tap conv-GEMM panels, each a conv
+    // of its net's native or portable ops
     ggml_tensor * mat(ggml_tensor * x, ggml_tensor * w) const {
         if (t.style == LayerStyle::QWEN3) return matmul(ctx, w, x);
-        return conv_gemm(ctx, x, w, x->ne[1], nullptr, nullptr);
+        return CodecOps{ctx, o.portable}.conv(x, w, x->ne[1], nullptr, nullptr);
     }
 
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) const {

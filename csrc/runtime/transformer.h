@@ -14,6 +14,7 @@
 
 namespace qtts {
 
+class ConvWeights;
 class GgufFile;
 
 struct TransformerHParams {
@@ -160,6 +161,9 @@ struct StackOptions {
     ggml_tensor * mask = nullptr;  // additive F32 [n_kv, n] or [n_kv, n / lanes, 1, lanes]; null: causal
     // Instead of kv and mask: the graph's rows are these sequences, in order.
     const std::vector<KvSegment> * segments = nullptr;
+    // The codec styles' panel weights: null, the native conv-GEMM (a CPU op); else their
+    // portable copies, multiplied with ggml's mul_mat on the model's device (runtime/codec_ops.h).
+    const ConvWeights * portable = nullptr;
 };
 
 // Run `x` [n_embd, n] through every layer (positions `pos`, I32 [n]); the cache writes are

@@ -115,3 +115,26 @@ def test_batched_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: s
     for i, (a, b) in enumerate(zip(host, dev, strict=True)):
         assert len(a) > 1
         np.testing.assert_array_equal(b, a, err_msg=f"request {i}")
+
+
+def test_portable_graphs_have_only_stock_ops(gguf_dir: Path) -> None:
+    """Every op of the portable path's graphs is a stock ggml op (what any backend computes): a
+    custom CPU op there would run on the CPU between device parts, with copies both ways, as the
+    codec transformers' linear layers once did (docs/kernels.md, "Portable graphs"). Checked with
+    the per-op profile over an in-context clone's encoders, generation and decode."""
+    from tests.profiling import profiled
+
+    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1, ops="portable", voice_cache=False)
+    rng = np.random.default_rng(0)
+    clip = (0.1 * rng.standard_normal(24000)).astype(np.float32)
+    with m.engine.session() as s:
+        s.native.device_sampling = True  # as on a device: the code predictor samples in its graph
+
+    def run() -> None:
+        voice = m.create_voice((clip, 24000), "Hello there.")
+        m.synthesize(TEXT, voice=voice, max_new_tokens=6, seed=0)
+
+    _, prof = profiled(m, run)
+    ops = {k.partition("/")[2] for k in prof if not k.partition("/")[2].startswith(":")}
+    assert {"MUL_MAT", "SIN", "SOFT_MAX"} <= ops  # the audio nets and the transformers ran
+    assert not ops & {"CUSTOM", "QMATMUL", "SAMPLE"}, sorted(ops)
