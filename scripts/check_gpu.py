@@ -207,6 +207,7 @@ def run(a: argparse.Namespace) -> int:
         r.phase("batch_0.6B_bf16", ["batch", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
                                     "--batches", "1,8,32,64"], 60)
         r.phase("vocoder_0.6B_bf16", ["vocoder", "0.6B-Base", "bf16", "--device", a.device], 60)
+        r.phase("batch_ops_0.6B_bf16", ["batch_ops", "0.6B-Base", "bf16", "--device", a.device], 40)
         r.phase("serve_0.6B_bf16", ["serve", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
                                     "--batches", "64", "--clients", "60", "--rate", "10", "--duration", "12"], 40)
         r.phase("first_audio_0.6B_bf16", ["first_audio", "0.6B-Base", "bf16", "--device", a.device], 30)
@@ -314,6 +315,11 @@ def format_table(res: dict[str, Any]) -> str:
                   "| B | wall s | audio s | x real time | ms per step | phases |", "|---|---|---|---|---|---|"]
         lines += [f"| {w['batch']} | {w['wall_s']:.2f} | {w['audio_s']:.1f} | {w['x_real_time']:.1f} | "
                   f"{w['ms_per_step']:.2f} | {_phases(w.get('profile', {}))} |" for w in got["rows"]]
+    got = (ph.get("batch_ops_0.6B_bf16") or {}).get("result")
+    if got:
+        lines += ["", f"## Per op, synthesize_batch of {got['batch']} x {got['frames']} frames (ms, node by node)", ""]
+        lines += [f"* {ph}: " + ", ".join(f"{op} {ms:.1f}" for op, ms in ops.items())
+                  for ph, ops in got["phases"].items()]
     got = (ph.get("vocoder_0.6B_bf16") or {}).get("result")
     if got:
         lines += ["", "## Vocoder pushes (median ms; graphs, computed nodes, build / alloc / compute ms)", "",
@@ -349,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--phases", help="run only these phases (comma-separated names as in the JSON)")
     for name in ("info", "goldens", "parity", "batch_parity", "speed", "batch", "serve", "first_audio", "official",
-                 "vocoder"):
+                 "vocoder", "batch_ops"):
         p = sub.add_parser(name, help=argparse.SUPPRESS)
         p.add_argument("--json", required=True)
         if name in ("goldens", "parity", "batch_parity"):
@@ -368,13 +374,16 @@ def main(argv: list[str] | None = None) -> int:
         if name in ("speed", "batch", "serve", "first_audio", "official"):
             p.add_argument("release")
             p.add_argument("--frames", type=int, default=100)
-        if name == "vocoder":
+        if name in ("vocoder", "batch_ops"):
             p.add_argument("release")
-        if name in ("speed", "batch", "serve", "first_audio", "vocoder"):
+        if name in ("speed", "batch", "serve", "first_audio", "vocoder", "batch_ops"):
             p.add_argument("type")
             p.add_argument("--device", default="auto")
         if name in ("batch", "serve"):
             p.add_argument("--batches", default="1,8,32,64")
+        if name == "batch_ops":
+            p.add_argument("--batch", type=int, default=64)
+            p.add_argument("--frames", type=int, default=8)
         if name == "serve":
             p.add_argument("--clients", type=int, default=40)
             p.add_argument("--rate", type=float, default=10.0)
@@ -414,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         got = gc.first_audio(a.release, a.type, a.device, a.runs)
     elif a.cmd == "vocoder":
         got = gc.vocoder_pushes(a.release, a.type, a.device)
+    elif a.cmd == "batch_ops":
+        got = gc.batch_ops(a.release, a.type, a.device, a.batch, a.frames)
     else:
         got = gc.official(a.release, a.frames)
     Path(a.json).write_text(json.dumps(got, indent=1, default=str))

@@ -278,6 +278,38 @@ def batching(release: str, qtype: str, device: str, frames: int, batches: list[i
     return r
 
 
+def batch_ops(release: str, qtype: str, device: str, batch: int, frames: int) -> dict[str, Any]:
+    """Where a batched step's device time goes, per op: synthesize_batch of `batch` requests of
+    `frames` frames with the session's per-op profile (graphs run node by node, each synchronized:
+    each op's time is its kernels' plus a launch and a sync), the top ops of each phase in ms."""
+    import qtts
+    from qtts.bench.common import clip, prepare, settings
+
+    m = qtts.Model(str(prepare(release, qtype, 0)), device=device, n_threads=4, voice_cache=False)
+    voice = m.create_voice((clip(10.0), 24000), None, x_vector_only_mode=True)
+    text = "Hello from the benchmark, a sentence of ordinary length."
+    kw = {**settings(frames, 0), "seed": list(range(batch))}
+    m.synthesize_batch([text] * batch, max_batch=batch, voice=voice, **kw)  # warm-up: every graph built
+    with m.engine.session() as s:
+        s.set_profiling(True)
+    try:
+        m.synthesize_batch([text] * batch, max_batch=batch, voice=voice, **kw)
+        with m.engine.session() as s:
+            raw = dict(s.profile())
+    finally:
+        with m.engine.session() as s:
+            s.set_profiling(False)
+    phases: dict[str, dict[str, float]] = {}
+    for key, ms in raw.items():
+        phase, _, op = key.partition("/")
+        phases.setdefault(phase, {})[op] = round(ms, 3)
+    top = {}
+    for ph, ops in phases.items():  # the 12 slowest ops, then the compute total and the counts
+        timed = sorted(((op, ms) for op, ms in ops.items() if not op.startswith(":")), key=lambda kv: -kv[1])
+        top[ph] = {**dict(timed[:12]), **{k: ops[k] for k in (":compute", ":graphs", ":nodes") if k in ops}}
+    return {"devices": m.devices, "batch": batch, "frames": frames, "phases": top}
+
+
 PUSH_SHAPES = ((1, 1), (1, 8), (8, 1), (8, 8), (16, 1), (16, 8), (64, 8))  # (streams, frames)
 
 
