@@ -154,9 +154,15 @@ void Session::set_profiling(bool on, bool ops) {
 void Session::profile_add(const char * what, double value) { profile_[std::string(phase_) + "/" + what] += value; }
 
 // Custom ops by what they do: the quantized matmul (quantized weights in), the in-graph sampling
-// (an I32 code out), the audio networks' kernels.
+// (an I32 code out), the audio networks' kernels; ggml's products by their first operand: a
+// weight (MUL_MAT) or an activation, a KV cache or attention scores (MUL_MAT_ACT).
 static const char * profile_op_name(const ggml_tensor * t) {
     if (t->op == GGML_OP_UNARY) return ggml_unary_op_name(ggml_get_unary_op(t));
+    if (t->op == GGML_OP_MUL_MAT) {
+        const ggml_tensor * a = t->src[0]->view_src ? t->src[0]->view_src : t->src[0];
+        const bool weight = a->buffer && ggml_backend_buffer_get_usage(a->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+        return weight ? "MUL_MAT" : "MUL_MAT_ACT";
+    }
     if (t->op != GGML_OP_CUSTOM) return ggml_op_name(t->op);
     if (t->src[0] && qmatmul_supports(t->src[0]->type)) return "QMATMUL";
     return t->type == GGML_TYPE_I32 ? "SAMPLE" : "CUSTOM";

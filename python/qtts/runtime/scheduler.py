@@ -466,26 +466,21 @@ class Scheduler:
             e.job._put(e.job._asm.chunk(wav, e.codes, e.reason, final=e.final))
 
     def _decode_pieces(self) -> None:
-        """As Model.synthesize: the eager pieces that ended in this step, each decoded whole (an
-        ICL voice's after its reference frames, then cut); on the portable path (a GPU) all in one
-        batched call on fresh codec streams (the samples of a decode alone, docs/serving.md
-        "Batched vocoder"). Then each job goes on. A failure fails those jobs."""
+        """As Model.synthesize: each eager piece that ended in this step decoded whole, alone (an
+        ICL voice's after its reference frames, then cut; docs/serving.md "Batched vocoder" on
+        why not together). Then each job goes on. A failure fails that job."""
         pieces, self._pieces = [p for p in self._pieces if not p.job.done], []
-        decoded = [p for p in pieces if len(p.codes)]
-        try:
-            if self._engine.ops == "portable":
-                waves = self._push([(p.job, p.job._asm.with_ref(p.codes)) for p in decoded], fresh=True)
-            else:  # on the CPU's native ops a piece alone costs less than pieces together (serving.md)
-                with self._engine.session() as s:
-                    waves = [p.job._asm.decode_whole(s, p.codes) for p in decoded]
-        except Exception as err:
-            for p in pieces:
-                self._fail(p.job, err)
-            return
-        wav_of = {id(p): w for p, w in zip(decoded, waves, strict=True)}
         for p in pieces:
-            asm, wav = p.job._asm, wav_of.get(id(p))
-            asm.add_piece(None if wav is None else asm.cut(wav, len(p.codes)), p.codes, p.last)
+            asm = p.job._asm
+            try:
+                wav = None
+                if len(p.codes):
+                    with self._engine.session() as s:
+                        wav = asm.decode(s, p.codes)
+            except Exception as err:
+                self._fail(p.job, err)
+                continue
+            asm.add_piece(wav, p.codes, p.last)
             if p.last:
                 asm.finish()
             try:
@@ -493,17 +488,13 @@ class Scheduler:
             except Exception as e:
                 self._fail(p.job, e)
 
-    def _push(self, items: list[tuple[Job, np.ndarray]], fresh: bool = False) -> list[np.ndarray]:
-        """Each job's codes pushed on its codec stream (fresh: a stream started anew), all in one
-        batched call; each job's vocoder_ms gets its frames' share of the call."""
+    def _push(self, items: list[tuple[Job, np.ndarray]]) -> list[np.ndarray]:
+        """Each job's codes pushed on its codec stream, all in one batched call; each job's
+        vocoder_ms gets its frames' share of the call."""
         if not items:
             return []
         t0 = time.perf_counter()
         with self._engine.session() as s:
-            for job, _ in items if fresh else []:
-                if job._stream is None:
-                    job._stream = self._engine.new_stream_id()
-                s.decode_stream_reset(stream=job._stream)
             waves = s.decode_streams_push([(job._stream, codes) for job, codes in items])
         ms = (time.perf_counter() - t0) * 1e3
         frames = sum(len(codes) for _, codes in items)

@@ -226,7 +226,7 @@ def test_decode_streams_are_independent(cv: qtts.Model) -> None:
 
 @pytest.mark.parametrize("ops", ["native", "portable"])
 def test_synthesize_batch_equals_synthesize(cv: qtts.Model, cv_portable: qtts.Model, ops: str) -> None:
-    """The pieces decoded alone (native) or together on fresh streams (portable), as synthesize."""
+    """Each piece decoded whole and alone, as synthesize decodes it, on both ops paths."""
     cv = cv if ops == "native" else cv_portable
     long = "First sentence of a few. Second one, a little longer than that."
     texts = [TEXTS[0], TEXTS[1], long]
