@@ -4,8 +4,8 @@ models and caching of `bench speed`, common.prepare) or a given GGUF (docs/servi
 
 Per weight type, in a fresh process that loads the model once: for each B of --batches, a live
 server (the app of `qtts-cli serve` under uvicorn in a thread, on 127.0.0.1 and a free port, its
-Scheduler at max_batch B) and N streaming clients on loopback (serve_clients.py) arriving as a
-Poisson process, each asking for the same text and frame count as raw 16-bit PCM. Per B: the
+Scheduler at max_batch B) and N streaming clients on loopback (serve_clients.py, in a process of
+their own) arriving as a Poisson process, each asking for the same text and frame count as raw 16-bit PCM. Per B: the
 aggregate audio seconds per wall second, each request's ms per frame, the first-audio
 percentiles, the underruns, the load average before and after, and the node count of one batched
 talker step with B sequences (Batch.talker_step_nodes).
@@ -26,7 +26,7 @@ from typing import Any
 
 from .common import TEXT, clip, logger, machine, prepare
 from .profile import plumbing
-from .serve_clients import UNDERRUN_TOLERANCE_S, Stream, poisson_arrivals, run_clients
+from .serve_clients import UNDERRUN_TOLERANCE_S, Stream, poisson_arrivals, run_clients_process
 
 BATCHES = (1, 2, 4, 8)
 VOICE_ID = "bench"
@@ -205,10 +205,11 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, clients: int, 
         for b in batches:
             nodes = talker_step_nodes(m, kw, b, seed)
             with live_server(m, b, clients, Path(tmp)) as port:
-                run_clients(port, [body(0, WARMUP_FRAMES)], [0.0], START_TIMEOUT_S, sr)  # the first graphs
+                run_clients_process(port, [body(0, WARMUP_FRAMES)], [0.0], START_TIMEOUT_S, sr)  # the first graphs
                 load0 = os.getloadavg()[0]
                 with plumbing(m) if profile else contextlib.nullcontext({}) as prof:
-                    streams = run_clients(port, [body(i, frames) for i in range(clients)], arrivals, duration, sr)
+                    streams = run_clients_process(port, [body(i, frames) for i in range(clients)], arrivals, duration,
+                                                  sr)
                 load1 = os.getloadavg()[0]
             r["batches"][str(b)] = asdict(summarize(b, streams, spf, sr, (load0, load1), nodes))
             if profile:

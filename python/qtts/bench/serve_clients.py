@@ -1,6 +1,8 @@
 """The streaming clients of `bench serve` (serve.py): one thread per request, each sending its
 POST /v1/audio/speech (raw 16-bit PCM, streamed) at its Poisson arrival time over a plain
-HTTP/1.1 connection on loopback, and recording when each piece of audio arrived.
+HTTP/1.1 connection on loopback, and recording when each piece of audio arrived. They run in a
+process of their own (this file as a script, run_clients_process), as real clients would: in the
+server's process their reads would share its interpreter lock with the Scheduler's worker.
 
 Underrun rule (docs/serving.md, "Benchmarking the server"): a player that starts at the first
 audio byte has played, t seconds later, t seconds of audio; the stream underruns if at some byte's
@@ -12,9 +14,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # A stall shorter than this is absorbed by a player's output buffer (audio devices commonly buffer
@@ -105,3 +109,17 @@ def run_clients(port: int, bodies: list[dict[str, Any]], arrivals: list[float], 
     for t in threads:
         t.join()
     return [s for s in out if s is not None]
+
+
+def run_clients_process(port: int, bodies: list[dict[str, Any]], arrivals: list[float], duration: float,
+                        sample_rate: int) -> list[Stream]:
+    """run_clients in a process of its own (this file run as a script: no qtts import there)."""
+    args = json.dumps(dict(port=port, bodies=bodies, arrivals=arrivals, duration=duration, sample_rate=sample_rate))
+    p = subprocess.run([sys.executable, __file__], input=args, capture_output=True, text=True, timeout=duration + 60)
+    if p.returncode != 0:
+        raise RuntimeError(f"the benchmark's client process failed: {p.stderr[-2000:]}")
+    return [Stream(**x) for x in json.loads(p.stdout)]
+
+
+if __name__ == "__main__":
+    print(json.dumps([asdict(x) for x in run_clients(**json.loads(sys.stdin.read()))]))
