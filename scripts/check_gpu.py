@@ -205,12 +205,12 @@ def run(a: argparse.Namespace) -> int:
         # serving at scale first (docs/serving.md): the batched eager path, the vocoder's pushes,
         # the server under 10 requests/s, where a stream's first audio goes
         r.phase("batch_0.6B_bf16", ["batch", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
-                                    "--batches", "1,8,32,64"], 60)
-        r.phase("vocoder_0.6B_bf16", ["vocoder", "0.6B-Base", "bf16", "--device", a.device], 60)
-        r.phase("batch_ops_0.6B_bf16", ["batch_ops", "0.6B-Base", "bf16", "--device", a.device], 40)
+                                    "--batches", "1,8,32,64"], 30)
+        r.phase("vocoder_0.6B_bf16", ["vocoder", "0.6B-Base", "bf16", "--device", a.device], 20)
+        r.phase("batch_ops_0.6B_bf16", ["batch_ops", "0.6B-Base", "bf16", "--device", a.device], 15)
         r.phase("serve_0.6B_bf16", ["serve", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
-                                    "--batches", "64", "--clients", "60", "--rate", "10", "--duration", "12"], 40)
-        r.phase("first_audio_0.6B_bf16", ["first_audio", "0.6B-Base", "bf16", "--device", a.device], 30)
+                                    "--batches", "64", "--clients", "60", "--rate", "10", "--duration", "12"], 25)
+        r.phase("first_audio_0.6B_bf16", ["first_audio", "0.6B-Base", "bf16", "--device", a.device], 10)
     if a.device != "cpu" and not _passed(r.results, "parity_exact"):
         # where a difference comes from: the sampling in the frame graph, CUDA-graph capture, or
         # ggml-cuda's op fusion
