@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_vocoder import build_gguf  # noqa: E402  (the same stand-in builder)
+
 CLIPS = {"speaker embedding 10 s": ("spk", 10), "speaker embedding 30 s": ("spk", 30), "codec encode 10 s": ("enc", 10)}
 
 
@@ -54,13 +55,15 @@ def measure(gguf: str, threads: int, repeat: int) -> dict:
 
 def measure_reference(threads: int, repeat: int) -> dict:
     sys.path.insert(0, str(ROOT))
-    from tests.fixtures import refmodels as rc  # installs the reference's import stubs
     import torch
     from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSSpeakerEncoderConfig
     from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSSpeakerEncoder, mel_spectrogram
 
+    from tests.fixtures import refmodels as rc  # installs the reference's import stubs
+
     torch.set_num_threads(threads)
-    spk = Qwen3TTSSpeakerEncoder(Qwen3TTSSpeakerEncoderConfig(**rc.real_0b6_base_config_dict()["speaker_encoder_config"]))
+    spk_config = Qwen3TTSSpeakerEncoderConfig(**rc.real_0b6_base_config_dict()["speaker_encoder_config"])
+    spk = Qwen3TTSSpeakerEncoder(spk_config)
     st = rc.Qwen3TTSTokenizerV2Model(rc.Qwen3TTSTokenizerV2Config(**rc.real_12hz_tokenizer_config_dict())).eval()
 
     def embed(wav):  # extract_speaker_embedding without the surrounding talker
@@ -76,7 +79,8 @@ def measure_reference(threads: int, repeat: int) -> dict:
     with torch.inference_mode():
         for name, (kind, seconds) in CLIPS.items():
             wav = _clip(seconds)
-            out[name] = _best(lambda w=wav: (embed if kind == "spk" else encode)(w), repeat)
+            run = embed if kind == "spk" else encode
+            out[name] = _best(lambda w=wav, run=run: run(w), repeat)
     return out
 
 
