@@ -55,11 +55,11 @@ def measure(gguf: str, threads: int, repeat: int) -> dict:
 
 def measure_reference(threads: int, repeat: int) -> dict:
     sys.path.insert(0, str(ROOT))
+    # the stubs go in before the reference is imported
+    from tests.fixtures import refmodels as rc  # noqa: I001  (installs the reference's import stubs)
     import torch
     from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSSpeakerEncoderConfig
     from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSSpeakerEncoder, mel_spectrogram
-
-    from tests.fixtures import refmodels as rc  # installs the reference's import stubs
 
     torch.set_num_threads(threads)
     spk_config = Qwen3TTSSpeakerEncoderConfig(**rc.real_0b6_base_config_dict()["speaker_encoder_config"])
