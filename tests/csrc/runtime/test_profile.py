@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts.bench.profile import format_profile, summarize
+from qtts.bench.profile import format_profile, plumbing, summarize
 from qtts.convert.names import TN
 from tests import corrupt
 from tests.profiling import profiled
@@ -47,6 +47,23 @@ def test_profile_without_ops(cv: qtts.Model) -> None:
     assert {k.partition("/")[2] for k in prof} <= {":build", ":alloc", ":compute", ":graphs", ":nodes", ":splits"}
     for phase in ("prefill", "talker", "predictor"):
         assert prof[f"{phase}/:splits"] == prof[f"{phase}/:graphs"]
+
+
+def test_plumbing_per_phase_and_off_after(cv: qtts.Model) -> None:
+    """bench.profile.plumbing: per phase the laps and counts, profiling off again on leaving,
+    also when the block raises."""
+    with plumbing(cv) as got:
+        codes = cv.generate_codes(TEXT, speaker="ryan", seed=5, max_new_tokens=9).codes
+    assert set(got) == {"prefill", "talker", "predictor", "other"}
+    assert got["predictor"]["graphs"] == len(codes) and got["talker"]["compute"] > 0
+    assert set(got["talker"]) <= {"build", "alloc", "compute", "graphs", "nodes", "splits"}
+    with pytest.raises(ValueError, match="max_new_tokens"), plumbing(cv):
+        cv.generate_codes(TEXT, speaker="ryan", max_new_tokens=0)
+    with cv.engine.session() as s:
+        assert s.profile() == {}  # off: nothing recorded since
+    cv.generate_codes(TEXT, speaker="ryan", seed=5, max_new_tokens=3)
+    with cv.engine.session() as s:
+        assert s.profile() == {}
 
 
 def test_predictor_nan_fails_cleanly(gguf_dir: Path, tmp_path: Path) -> None:
