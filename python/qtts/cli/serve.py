@@ -45,6 +45,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-queue", type=_int_in("max-queue", 0, 4096), default=None,
                    help="requests waiting beyond --max-batch before the server answers 429 (default: 4 times "
                         "--max-batch)")
+    p.add_argument("--pipelined-vocoder", action=argparse.BooleanOptionalAction, default=None,
+                   help="vocode a step's chunks while the next step generates, on a session of the server's own "
+                        "(default: on a GPU or other device, off on the CPU, whose cores both stages share)")
     p.add_argument("--voices", metavar="DIR", help="folder of saved voices (POST /v1/audio/voices); kept across "
                                                    "restarts (default: in memory only)")
     p.add_argument("--model-name", help="the model id clients send and /v1/models lists (default: the file name)")
@@ -90,9 +93,10 @@ def run(args: argparse.Namespace) -> int:
                        precision=args.precision)
     max_batch = default_limits(model)[0] if args.max_batch is None else args.max_batch
     max_queue = QUEUE_PER_SLOT * max_batch if args.max_queue is None else args.max_queue
-    scheduler = Scheduler(model, max_batch=max_batch, max_queue=max_queue)
+    scheduler = Scheduler(model, max_batch=max_batch, max_queue=max_queue, pipelined_vocoder=args.pipelined_vocoder)
     if not args.quiet:
-        print(f"qtts-cli serve: {model.device}, max batch {max_batch}, max queue {max_queue}", file=sys.stderr)
+        print(f"qtts-cli serve: {model.device}, max batch {max_batch}, max queue {max_queue}, vocoder "
+              f"{'pipelined' if scheduler.pipelined_vocoder else 'between steps'}", file=sys.stderr)
     app = create_app(model, scheduler, model_id=_model_id(model, args), api_key=args.api_key,
                      voices_dir=args.voices)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",

@@ -317,6 +317,16 @@ class Engine:
             self._vocoder = core.Session(self._native_model, n_threads)
         return self._vocoder
 
+    def own_session(self) -> SessionHandle:
+        """A compute session of the caller's own (its own buffers, threads as this engine's, and
+        decode streams), used outside the engine lock: for a caller that runs one operation on it
+        at a time and drops it before the engine closes (the Scheduler's pipelined vocoder,
+        docs/serving.md "Batched vocoder")."""
+        self.require_open()
+        if self._session is None:
+            raise RuntimeError("this engine was opened for its metadata only (Engine.metadata)")
+        return SessionHandle(core.Session(self._native_model, int(self._session.n_threads)), self._lock)
+
     def release_vocoder_session(self) -> None:
         """Give the second session's buffers back (the split went serial); called under the lock."""
         self._vocoder = None

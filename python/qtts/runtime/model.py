@@ -312,7 +312,8 @@ class Model(QwenTTSCompat):
         items = [{k: (v[i] if type(v) is list and len(v) == n else v) for k, v in kwargs.items()} for i in range(n)]
         if not n:
             return []
-        with Scheduler(self, max_batch=min(max_batch, n), max_queue=n) as sched:
+        # eager jobs decode whole pieces on the engine's session: no streams to pipeline
+        with Scheduler(self, max_batch=min(max_batch, n), max_queue=n, pipelined_vocoder=False) as sched:
             jobs = [sched.submit_eager(text, **item) for text, item in zip(texts, items, strict=True)]
             return [job.result() for job in jobs]
 

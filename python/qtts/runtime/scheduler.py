@@ -4,7 +4,8 @@ A Scheduler owns a worker thread and an engine Batch of `max_batch` slots. Per i
 worker admits queued requests into free slots (prompt, prefill), steps every running request
 one frame together (one talker step and one code-predictor pass for all of them), and hands each
 request's chunk to its Job once the chunk is complete, decoded on the request's own codec stream
-(the chunks completed in one step decoded together, docs/serving.md "Batched vocoder").
+(the chunks completed in one step decoded together, docs/serving.md "Batched vocoder"; off the
+CPU while the next step runs, scheduler_vocoder.py).
 Chunks follow Model.stream's schedule: the first is `first_chunk_frames` frames, later ones
 double up to `max_chunk_frames`; a request's chunks are those Model.stream gives for the same
 arguments and seed. The worker takes the engine lock once per operation, so eager Model calls
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,10 +24,11 @@ import numpy as np
 
 from .config import check_int
 from .context import ModelContext
-from .engine import Batch, SessionHandle
+from .engine import Batch
 from .job import Job
 from .request import MAX_CHUNK_FRAMES, STREAMED_TEXT, build_request
 from .scheduler_text import StreamedText, pump
+from .scheduler_vocoder import Emit, Failures, StreamVocoder
 from .speech import timed_prompt
 
 
@@ -81,15 +82,6 @@ class SchedulerStats:
 
 
 @dataclass
-class _Emit:
-    """A job's chunk whose codes are gathered, waiting for the batched decode."""
-    job: Job
-    codes: np.ndarray
-    reason: str | None
-    final: bool
-
-
-@dataclass
 class _Piece:
     """An eager job's whole piece, waiting for the step's batched decode."""
     job: Job
@@ -101,8 +93,12 @@ class Scheduler:
     """Continuous batching over one Model: submit() requests from any thread, iterate their Jobs."""
 
     def __init__(self, model: HasContext, *, max_batch: int = 8, max_queue: int = 32, first_chunk_frames: int = 1,
-                 max_chunk_frames: int = 8) -> None:
+                 max_chunk_frames: int = 8, pipelined_vocoder: bool | None = None) -> None:
+        """pipelined_vocoder: vocode a step's chunks on a session of the Scheduler's own while the
+        next step runs (None: where the model runs off the CPU; scheduler_vocoder.py)."""
         check_int("max_batch", max_batch, 1, MAX_BATCH)
+        if pipelined_vocoder is not None and not isinstance(pipelined_vocoder, bool):
+            raise TypeError(f"pipelined_vocoder must be a bool or None, got {type(pipelined_vocoder).__name__}")
         check_int("max_queue", max_queue, 0, 2**31 - 1)
         check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
         check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
@@ -122,7 +118,10 @@ class Scheduler:
         self._closing = False
         self._cancel_all = False
         self._requests = self._frames = self._cancelled = self._batch_size = 0
-        self._emits: list[_Emit] = []  # chunks waiting for the step's batched decode (worker only)
+        if pipelined_vocoder is None:
+            pipelined_vocoder = self._engine.ops == "portable" and not self._engine.device.upper().startswith("CPU")
+        self._voc = StreamVocoder(self._engine, pipelined_vocoder)
+        self._emits: list[Emit] = []  # chunks waiting for the step's batched decode (worker only)
         self._pieces: list[_Piece] = []  # eager pieces waiting for it likewise
         self._worker = threading.Thread(target=self._run, name="qtts-scheduler", daemon=True)
         self._worker.start()
@@ -160,6 +159,11 @@ class Scheduler:
         other pieces that end in the same step, into the samples of Model.synthesize; Job.result()."""
         args = {k: kwargs.pop(k) for k in _ARGS if k in kwargs}
         return self._submit(text, {**_ARG_DEFAULTS, **args}, kwargs, eager=True)
+
+    @property
+    def pipelined_vocoder(self) -> bool:
+        """Whether a step's chunks are vocoded while the next step runs (scheduler_vocoder.py)."""
+        return self._voc.pipelined
 
     @property
     def stats(self) -> SchedulerStats:
@@ -211,7 +215,9 @@ class Scheduler:
     def _run(self) -> None:
         try:
             self._loop()
+            self._apply(self._voc.shutdown())
         except BaseException as e:  # a bug here must not leave consumers waiting forever
+            self._voc.shutdown()
             with self._lock:
                 self._closing = True
                 jobs = [*self._queue, *self._running.values(), *self._parked]
@@ -251,6 +257,7 @@ class Scheduler:
                 self._step(running)
             else:
                 self._drop({slot: job for slot, job in running.items() if self._is_cancelled(job)})
+                self._barrier()  # the chunks so far out before the wait
                 with self._lock:  # every slot waits for text, or none is running: until something moves
                     while not admit and self._events == events and not self._cancel_all:
                         self._lock.wait()
@@ -295,6 +302,9 @@ class Scheduler:
             if job._text is not None and got is None:  # the text ended: no piece i
                 self._end_text(job)
                 return
+            if not job._eager:  # first: a failed reset leaves no slot behind
+                self._barrier()
+                self._voc.reset(job)
             with self._engine.session() as s:
                 if job._text is not None and got is not None:
                     if i:  # the pause after the piece before
@@ -304,8 +314,6 @@ class Scheduler:
                     prompt = timed_prompt(self._ctx, s, req, req.pieces[i], job.timings)
                     slot = s.batch_add(self._batch, prompt.embeddings, prompt.trailing,
                                        req.config.for_piece(i, req.pieces[i]))
-                if not job._eager:
-                    self._reset_stream(s, job)
         except Exception as e:  # a bad prompt (or a failed text source) fails its own request only
             self._fail(job, e)
             return
@@ -313,16 +321,6 @@ class Scheduler:
         job._slot, job._chunk_size, job._pending = slot, self._first, []
         with self._lock:
             self._running[slot] = job
-
-    def _reset_stream(self, s: SessionHandle, job: Job) -> None:
-        if job._stream is None:
-            job._stream = self._engine.new_stream_id()
-        ref = job._asm.ref
-        t0 = time.perf_counter()
-        s.decode_stream_reset(silent_frames=0 if ref is None else len(ref), stream=job._stream)
-        if ref is not None:  # the decoder's context: the reference frames, whose audio is not emitted
-            s.decode_stream_push(ref, stream=job._stream)
-        job._asm.vocoder_ms += (time.perf_counter() - t0) * 1e3
 
     def _step(self, running: dict[int, Job]) -> None:
         cancelled = {slot: job for slot, job in running.items() if self._is_cancelled(job)}
@@ -412,7 +410,7 @@ class Scheduler:
         if reason == "cancelled":  # nobody hears them (a client gone, a shutdown): not vocoded, so
             job._pending = []  # that a cancel frees the engine now, not after decoding a chunk per slot
         self._emit(job, reason if last else None, final=last)
-        self._flush()  # before the stream is closed, or reset for the next piece
+        self._flush(wait=True)  # before the stream is closed, or reset for the next piece
         if not job.done:  # unless the decode failed it
             self._next_piece(job, last)
 
@@ -447,23 +445,25 @@ class Scheduler:
         together and hands them out (docs/serving.md, "Batched vocoder")."""
         codes = np.concatenate(job._pending) if job._pending else self._ctx.empty_codes()
         job._pending = []
-        self._emits.append(_Emit(job, codes, reason, final))
+        self._emits.append(Emit(job, codes, reason, final))
 
-    def _flush(self) -> None:
+    def _flush(self, wait: bool = False) -> None:
         """Decode the queued chunks in one batched call (each on its job's own codec stream, the
-        same samples as alone) and hand each to its job; a failure fails those jobs."""
+        same samples as alone) and hand each to its job; pipelined, while the next step runs
+        unless `wait`. A failure fails those jobs."""
+        self._barrier()
         emits, self._emits = [e for e in self._emits if not e.job.done], []
-        decoded = [e for e in emits if len(e.codes)]
-        try:
-            waves = self._push([(e.job, e.codes) for e in decoded])
-        except Exception as err:
-            for e in emits:
-                self._fail(e.job, err)
-            return
-        wav_of = {id(e): w for e, w in zip(decoded, waves, strict=True)}
-        for e in emits:
-            wav = wav_of.get(id(e), np.zeros(0, dtype=np.float32))
-            e.job._put(e.job._asm.chunk(wav, e.codes, e.reason, final=e.final))
+        if emits:
+            self._apply(self._voc.deliver(emits, wait))
+
+    def _barrier(self) -> None:
+        """Wait for the pipelined push in flight (scheduler_vocoder.py) and fail the jobs it failed."""
+        self._apply(self._voc.barrier())
+
+    def _apply(self, failures: Failures) -> None:
+        for job, err in failures:
+            if not job.done:
+                self._fail(job, err)
 
     def _decode_pieces(self) -> None:
         """As Model.synthesize: each eager piece that ended in this step decoded whole, alone (an
@@ -487,20 +487,6 @@ class Scheduler:
                 self._next_piece(p.job, p.last)
             except Exception as e:
                 self._fail(p.job, e)
-
-    def _push(self, items: list[tuple[Job, np.ndarray]]) -> list[np.ndarray]:
-        """Each job's codes pushed on its codec stream, all in one batched call; each job's
-        vocoder_ms gets its frames' share of the call."""
-        if not items:
-            return []
-        t0 = time.perf_counter()
-        with self._engine.session() as s:
-            waves = s.decode_streams_push([(job._stream, codes) for job, codes in items])
-        ms = (time.perf_counter() - t0) * 1e3
-        frames = sum(len(codes) for _, codes in items)
-        for job, codes in items:
-            job._asm.vocoder_ms += ms * len(codes) / frames
-        return waves
 
     def finish_timings(self, job: Job, reason: str | None) -> None:
         """The job ended; `reason` set: it ended before generating (cancelled while queued)."""
@@ -531,6 +517,5 @@ class Scheduler:
 
     def _close_stream(self, job: Job) -> None:
         if job._stream is not None:
-            with self._engine.session() as s:
-                s.decode_stream_close(job._stream)
-            job._stream = None
+            self._barrier()
+            self._voc.close(job)

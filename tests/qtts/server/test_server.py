@@ -365,3 +365,28 @@ def test_one_pcm_conversion_everywhere(server: LiveServer, client: openai.OpenAI
         "server flac": sf.read(io.BytesIO(_speech(client, seed, "flac")), dtype="int16")[0].tobytes(),
     }
     assert {k: v == expected for k, v in got.items()} == {k: True for k in got}
+
+
+def test_pipelined_vocoder_server(cv_path: Path, local: qtts.Model, tmp_path: Path) -> None:
+    """--pipelined-vocoder (the default off the CPU, forced here): concurrent streamed requests
+    still give exactly their serial results, and the start-up line says how the vocoder runs."""
+    log = tmp_path / "serve.log"
+    s = start_server(cv_path, log, "--max-batch", "4", "--pipelined-vocoder")
+    try:
+        c = openai.OpenAI(base_url=f"{s.url}/v1", api_key="unused", max_retries=0)
+
+        def streamed(seed: int) -> bytes:
+            with c.audio.speech.with_streaming_response.create(
+                    model=MODEL, voice="ryan", input="Hello from the server.", response_format="pcm",
+                    stream_format="audio", extra_body=_extra(seed)) as r:
+                return b"".join(r.iter_bytes())
+
+        seeds = list(range(200, 206))
+        with ThreadPoolExecutor(6) as pool:
+            got = list(pool.map(streamed, seeds))
+        for seed, data in zip(seeds, got, strict=True):
+            assert data == _expected(local, seed), seed
+    finally:
+        assert s.stop() == 0, log.read_text()
+    text = log.read_text()
+    assert "vocoder pipelined" in text and "Traceback" not in text, text
