@@ -210,6 +210,9 @@ def run(a: argparse.Namespace) -> int:
         r.phase("batch_ops_0.6B_bf16", ["batch_ops", "0.6B-Base", "bf16", "--device", a.device], 15)
         r.phase("serve_0.6B_bf16", ["serve", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr,
                                     "--batches", "64", "--clients", "60", "--rate", "10", "--duration", "12"], 25)
+        r.phase("serve_0.6B_bf16_vocoder_between_steps",
+                ["serve", "0.6B-Base", "bf16", "--device", a.device, "--frames", fr, "--batches", "64", "--clients",
+                 "60", "--rate", "10", "--duration", "12", "--vocoder", "between-steps"], 25)
         r.phase("first_audio_0.6B_bf16", ["first_audio", "0.6B-Base", "bf16", "--device", a.device], 10)
     if a.device != "cpu" and not _passed(r.results, "parity_exact"):
         # where a difference comes from: the sampling in the frame graph, CUDA-graph capture, or
@@ -295,11 +298,14 @@ def format_table(res: dict[str, Any]) -> str:
                              f"{'-' if x['wav_max_abs'] is None else format(x['wav_max_abs'], '.1e')}"
                              for x in mm["requests"])
             lines.append(f"* {mm['model']} ({', '.join(sorted(set(mm['devices'].values())))}): {reqs}")
-    got = (ph.get("serve_0.6B_bf16") or {}).get("result")
-    if got:
+    for name in ("serve_0.6B_bf16", "serve_0.6B_bf16_vocoder_between_steps"):
+        got = (ph.get(name) or {}).get("result")
+        if not got:
+            continue
         keys = ("audio_s_per_s", "ms_per_frame", "first_audio_p50_ms", "first_audio_p95_ms", "underruns",
                 "completed", "requests")
-        lines += ["", f"## bench serve ({got['device']}, {got.get('device_description', '')})", "",
+        voc = "pipelined" if got.get("pipelined_vocoder") else "between steps"
+        lines += ["", f"## bench serve ({got['device']}, {got.get('device_description', '')}, vocoder {voc})", "",
                   "| B | " + " | ".join(keys) + " | phases |", "|---|" + "---|" * (len(keys) + 1)]
         lines += [f"| {b} | " + " | ".join("-" if row.get(k) is None else f"{row[k]:.4g}" for k in keys) +
                   f" | {_phases(row.get('profile', {}))} |" for b, row in got["batches"].items()]
@@ -385,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--batch", type=int, default=64)
             p.add_argument("--frames", type=int, default=8)
         if name == "serve":
+            p.add_argument("--vocoder", choices=["auto", "pipelined", "between-steps"], default="auto")
             p.add_argument("--clients", type=int, default=40)
             p.add_argument("--rate", type=float, default=10.0)
             p.add_argument("--duration", type=float, default=8.0)
@@ -418,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         got = gc.batch_parity(Path(a.dir), a.device, a.precision)
     elif a.cmd == "serve":
         got = gc.serve(a.release, a.type, a.device, a.frames, a.clients, a.rate, a.duration,
-                       [int(b) for b in a.batches.split(",")])
+                       [int(b) for b in a.batches.split(",")],
+                       {"auto": None, "pipelined": True, "between-steps": False}[a.vocoder])
     elif a.cmd == "first_audio":
         got = gc.first_audio(a.release, a.type, a.device, a.runs)
     elif a.cmd == "vocoder":

@@ -433,14 +433,14 @@ def first_audio(release: str, qtype: str, device: str, runs: int) -> dict[str, A
 
 
 def serve(release: str, qtype: str, device: str, frames: int, clients: int, rate: float, duration: float,
-          batches: list[int]) -> dict[str, Any]:
+          batches: list[int], pipelined_vocoder: bool | None = None) -> dict[str, Any]:
     """`qtts-cli bench serve`'s measurement (python/qtts/bench/serve.py) on this device: a live
     server per max batch under Poisson-arriving streaming clients."""
     from qtts.bench.common import prepare
     from qtts.bench.serve import serve_worker
 
     return serve_worker(str(prepare(release, qtype, 0)), 4, frames, 0, clients, rate, duration, batches, device=device,
-                        profile=True)
+                        profile=True, pipelined_vocoder=pipelined_vocoder)
 
 
 def official(release: str, frames: int) -> dict[str, Any]:

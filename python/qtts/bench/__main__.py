@@ -25,7 +25,8 @@ def measure(kind: str, args: list[str]) -> dict[str, Any]:
         from .serve import serve_worker
 
         return serve_worker(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]), float(args[5]),
-                            float(args[6]), [int(b) for b in args[7].split(",")], args[8], args[9])
+                            float(args[6]), [int(b) for b in args[7].split(",")], args[8], args[9],
+                            pipelined_vocoder={"auto": None, "on": True, "off": False}[args[10]])
     if kind == "streams":
         from .batch import streams_worker
 

@@ -151,8 +151,10 @@ def talker_step_nodes(m: Any, kw: dict[str, Any], b: int, seed: int) -> int:
 
 
 @contextlib.contextmanager
-def live_server(m: Any, max_batch: int, max_queue: int, voices: Path) -> Iterator[int]:
-    """`qtts-cli serve`'s app and Scheduler under uvicorn in a thread on 127.0.0.1: its port.
+def live_server(m: Any, max_batch: int, max_queue: int, voices: Path,
+                pipelined_vocoder: bool | None = None) -> Iterator[tuple[int, Any]]:
+    """`qtts-cli serve`'s app and Scheduler under uvicorn in a thread on 127.0.0.1: its port and
+    the Scheduler.
     Leaving stops uvicorn (in-flight responses finish first) and the app's lifespan closes the
     scheduler."""
     import uvicorn
@@ -160,7 +162,7 @@ def live_server(m: Any, max_batch: int, max_queue: int, voices: Path) -> Iterato
     from ..runtime.scheduler import Scheduler
     from ..server import create_app
 
-    scheduler = Scheduler(m, max_batch=max_batch, max_queue=max_queue)
+    scheduler = Scheduler(m, max_batch=max_batch, max_queue=max_queue, pipelined_vocoder=pipelined_vocoder)
     app = create_app(m, scheduler, model_id="bench", voices_dir=voices)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=SHUTDOWN_S))
@@ -172,7 +174,7 @@ def live_server(m: Any, max_batch: int, max_queue: int, voices: Path) -> Iterato
             if not thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("the benchmark's server did not start")
             time.sleep(0.01)
-        yield int(server.servers[0].sockets[0].getsockname()[1])
+        yield int(server.servers[0].sockets[0].getsockname()[1]), scheduler
     finally:
         server.should_exit = True
         thread.join()
@@ -181,9 +183,10 @@ def live_server(m: Any, max_batch: int, max_queue: int, voices: Path) -> Iterato
 
 def serve_worker(gguf: str, threads: int, frames: int, seed: int, clients: int, rate: float, duration: float,
                  batches: list[int], device: str = "cpu", precision: str = "auto",
-                 profile: bool = False) -> dict[str, Any]:
+                 profile: bool = False, pipelined_vocoder: bool | None = None) -> dict[str, Any]:
     """profile: each B's result also has the session's time per phase while the clients ran
-    (bench.profile.plumbing: build, alloc and compute ms, graph, node and split counts)."""
+    (bench.profile.plumbing: build, alloc and compute ms, graph, node and split counts).
+    pipelined_vocoder: the Scheduler's (None: by the device)."""
     import qtts
 
     from ..runtime.engine import available_devices
@@ -204,7 +207,8 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, clients: int, 
 
         for b in batches:
             nodes = talker_step_nodes(m, kw, b, seed)
-            with live_server(m, b, clients, Path(tmp)) as port:
+            with live_server(m, b, clients, Path(tmp), pipelined_vocoder) as (port, scheduler):
+                r["pipelined_vocoder"] = scheduler.pipelined_vocoder
                 run_clients_process(port, [body(0, WARMUP_FRAMES)], [0.0], START_TIMEOUT_S, sr)  # the first graphs
                 load0 = os.getloadavg()[0]
                 with plumbing(m) if profile else contextlib.nullcontext({}) as prof:
@@ -224,13 +228,14 @@ def run_serve(a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"benchmark": "serve", "release": a.release, "model": a.model, "frames": a.frames,
                            "threads": a.threads, "seed": a.seed, "clients": a.clients, "rate": a.rate,
                            "duration": a.duration, "batches": a.batches, "device": a.device,
-                           "precision": a.precision, "underrun_tolerance_ms": UNDERRUN_TOLERANCE_S * 1e3,
+                           "precision": a.precision, "pipelined_vocoder": a.pipelined_vocoder,
+                           "underrun_tolerance_ms": UNDERRUN_TOLERANCE_S * 1e3,
                            **machine(), "results": {}}
     for qtype in a.types if a.model is None else ["model"]:
         gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
         out["results"][qtype] = worker("serve", gguf, str(a.threads), str(a.frames), str(a.seed), str(a.clients),
                                        str(a.rate), str(a.duration), ",".join(map(str, a.batches)), a.device,
-                                       a.precision)
+                                       a.precision, {None: "auto", True: "on", False: "off"}[a.pipelined_vocoder])
         if log:
             log(f"{qtype}: " + json.dumps(out["results"][qtype]))
     out["load_avg_end"] = os.getloadavg()[0]
@@ -251,7 +256,8 @@ def format_serve(r: dict[str, Any]) -> str:
             f"underrun tolerance {r['underrun_tolerance_ms']:.0f} ms, load {r['load_avg']:.2f} -> "
             f"{r['load_avg_end']:.2f}"]
     for qtype, x in r["results"].items():
-        rows.append(f"{qtype} on {x['device']} {x.get('device_description', '')} ({x['precision']}):")
+        voc = "pipelined" if x.get("pipelined_vocoder") else "between steps"
+        rows.append(f"{qtype} on {x['device']} {x.get('device_description', '')} ({x['precision']}, vocoder {voc}):")
         rows.append("".join(f"{title:>{w}}" for title, _, _, w in COLUMNS))
         for b in x["batches"].values():
             row = {**b, "frames": f"{b['frames_min']}-{b['frames_max']}"}

@@ -119,6 +119,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
     p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="a GPU's matrix products: exact (F32) or fast (default: auto, fast; docs/gpu.md)")
+    p.add_argument("--pipelined-vocoder", action=argparse.BooleanOptionalAction, default=None,
+                   help="the server's vocoder pipelined with the generation or between steps (default: as "
+                        "qtts-cli serve, on off the CPU)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random weights, the arrival times and the requests (default 0)")
     _tail(p)
