@@ -16,6 +16,7 @@ from qtts.runtime.config import GenerationConfig
 from qtts.runtime.engine import SessionHandle, native_params
 from qtts.runtime.prompt import Prompt, build_prompt, resolve_voice
 from qtts.runtime.scheduler import QueueFull, Scheduler, SchedulerClosed, default_limits
+from tests.chunks import assert_chunks_equal
 
 TEXTS = ["Hello world, this is a tiny test.", "Short.", "A longer sentence, with a few more words than the others."]
 REF_TEXT = "The quick brown fox jumps."
@@ -256,14 +257,6 @@ def test_icl_voice_batch_equals_synthesize(base: qtts.Model, base_portable: qtts
         np.testing.assert_array_equal(audio.samples, base.synthesize(text, voice=v, seed=4, max_new_tokens=15).samples)
 
 
-def _streams_equal(chunks: list[qtts.AudioChunk], want: list[qtts.AudioChunk]) -> None:
-    assert [len(c.codes) for c in chunks] == [len(c.codes) for c in want]
-    assert [c.stop_reason for c in chunks] == [c.stop_reason for c in want]
-    for a, b in zip(chunks, want, strict=True):
-        np.testing.assert_array_equal(a.codes, b.codes)
-        np.testing.assert_array_equal(a.samples, b.samples)
-
-
 def test_scheduler_chunks_equal_model_stream(base: qtts.Model, voices: dict[str, qtts.Voice]) -> None:
     reqs = [dict(text=TEXTS[0], voice=voices["icl"], seed=1, max_new_tokens=20),
             dict(text=TEXTS[2] + " " + TEXTS[0], voice=voices["xvec"], seed=2, max_new_tokens=9, split_sentences=40),
@@ -275,7 +268,7 @@ def test_scheduler_chunks_equal_model_stream(base: qtts.Model, voices: dict[str,
             len(c.codes) for g in got for c in g)
     for r, job, chunks in zip(reqs, jobs, got, strict=True):
         want = list(base.stream(**r, first_chunk_frames=2, max_chunk_frames=4))
-        _streams_equal(chunks, want)
+        assert_chunks_equal(chunks, want)
         assert job.done and job.timings.time_to_first_audio_ms is not None
         audio = job.result(timeout=0)
         np.testing.assert_array_equal(audio.samples, np.concatenate([c.samples for c in want]))
@@ -344,7 +337,7 @@ def test_async_iteration_and_close_cancel(cv: qtts.Model) -> None:
 
     with Scheduler(cv, max_batch=2) as sched:
         got = asyncio.run(consume(sched))
-    _streams_equal(got, want)
+    assert_chunks_equal(got, want)
     sched = Scheduler(cv, max_batch=1)
     jobs = [sched.submit(TEXTS[0], speaker="ryan", max_new_tokens=10_000, frame_budget=None) for _ in range(3)]
     sched.close(cancel=True, timeout=60)

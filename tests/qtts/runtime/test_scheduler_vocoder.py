@@ -13,6 +13,7 @@ import qtts
 from qtts.errors import QttsError
 from qtts.runtime.engine import SessionHandle
 from qtts.runtime.scheduler import Scheduler
+from tests.chunks import assert_chunks_equal
 
 TEXTS = ["Hello world, this is a tiny test.", "Short.", "A longer sentence, with a few more words than the others."]
 
@@ -33,14 +34,6 @@ def cv(gguf_dir: Path) -> qtts.Model:
     return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2)
 
 
-def _equal(got: list[qtts.AudioChunk], want: list[qtts.AudioChunk]) -> None:
-    assert [len(c.codes) for c in got] == [len(c.codes) for c in want]
-    assert [c.stop_reason for c in got] == [c.stop_reason for c in want]
-    for a, b in zip(got, want, strict=True):
-        np.testing.assert_array_equal(a.codes, b.codes)
-        np.testing.assert_array_equal(a.samples, b.samples)
-
-
 def test_pipelined_chunks_equal_model_stream(base: qtts.Model) -> None:
     icl = base.create_voice((_clip(24000, 1), 24000), "The quick brown fox jumps.")
     xvec = base.create_voice((_clip(30000, 2), 24000), x_vector_only_mode=True)
@@ -53,7 +46,7 @@ def test_pipelined_chunks_equal_model_stream(base: qtts.Model) -> None:
         jobs = [sched.submit(**r) for r in reqs]
         got = [list(j) for j in jobs]
     for r, job, chunks in zip(reqs, jobs, got, strict=True):
-        _equal(chunks, list(base.stream(**r)))
+        assert_chunks_equal(chunks, list(base.stream(**r)))
         assert job.done and job.timings.vocoder_ms_per_frame > 0
 
 
@@ -70,7 +63,7 @@ def test_pipelined_cancel_and_streamed_text(cv: qtts.Model) -> None:
         next(it)
         long.cancel()
         rest = list(it)
-        _equal(list(text), want)
+        assert_chunks_equal(list(text), want)
     assert rest[-1].stop_reason == "cancelled" and long.stop_reason == "cancelled"
 
 
@@ -92,7 +85,7 @@ def test_pipelined_push_failure_reaches_its_consumer(cv: qtts.Model, monkeypatch
             list(job)
         state["fail"] = False
         ok = sched.submit(TEXTS[1], speaker="ryan", seed=3, max_new_tokens=6)
-        _equal(list(ok), list(cv.stream(TEXTS[1], speaker="ryan", seed=3, max_new_tokens=6)))
+        assert_chunks_equal(list(ok), list(cv.stream(TEXTS[1], speaker="ryan", seed=3, max_new_tokens=6)))
 
 
 def test_pipelined_default_and_bad_value(cv: qtts.Model) -> None:
