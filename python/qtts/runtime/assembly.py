@@ -88,18 +88,10 @@ class Assembly:
     def decode(self, s: SessionHandle, codes: np.ndarray) -> np.ndarray:
         """The waveform of a piece's codes, decoded whole and timed; an ICL voice decodes them
         after its reference codes and cuts the reference's share off (cut)."""
-        return self.cut(self.decode_whole(s, codes), len(codes))
-
-    def decode_whole(self, s: SessionHandle, codes: np.ndarray) -> np.ndarray:
-        """decode's waveform before the cut: an ICL voice's reference frames decoded too."""
         t0 = time.perf_counter()
-        wav = s.decode(self.with_ref(codes))
+        wav = s.decode(codes if self.ref is None else np.concatenate([self.ref, codes]))
         self.vocoder_ms += (time.perf_counter() - t0) * 1e3
-        return wav
-
-    def with_ref(self, codes: np.ndarray) -> np.ndarray:
-        """A piece's codes as decoded: an ICL voice's reference frames first."""
-        return codes if self.ref is None else np.concatenate([self.ref, codes])
+        return self.cut(wav, len(codes))
 
     def cut(self, wav: np.ndarray, frames: int) -> np.ndarray:
         """`wav`, decoded from an ICL voice's reference frames followed by `frames` generated ones,

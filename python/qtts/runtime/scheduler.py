@@ -83,7 +83,7 @@ class SchedulerStats:
 
 @dataclass
 class _Piece:
-    """An eager job's whole piece, waiting for the step's batched decode."""
+    """An eager job's whole piece, waiting for its decode at the end of the step."""
     job: Job
     codes: np.ndarray
     last: bool
