@@ -38,7 +38,7 @@ namespace {
 
 using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-constexpr SimdPath kPaths[] = {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512, SimdPath::neon};
+constexpr SimdPath kPaths[] = {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512, SimdPath::amx, SimdPath::neon};
 
 // The shape of `a`, checked against `ndim` and, where `want` is not -1, each dimension.
 std::vector<int64_t> shape(const Floats & a, const char * name, std::vector<int64_t> want) {
@@ -375,7 +375,8 @@ std::vector<ggml_tensor *> matmul_graph(OneOp & op, const Bytes & w, const std::
     for (ggml_tensor * wt : ws) {
         if (!pack || (!direct && (matmul_path() != MatmulPath::native || !qmatmul_packs(wt)))) continue;
         if (!qmatmul_packs(wt)) {
-            throw Error(format("packed: %s weights cannot be packed (Q8_0 only, on an x86 CPU with AVX-512 VNNI)",
+            throw Error(format("packed: %s weights cannot be packed (Q8_0 on an x86 CPU with AVX-512 VNNI; Q4_K "
+                               "and Q6_K in whole blocks of 16 rows on one with AMX)",
                                type_name.c_str()));
         }
         op.fill_now(wt);
@@ -425,7 +426,7 @@ void qtts::bind_ops(py::module_ & mod) {
             for (SimdPath p : kPaths) {
                 if (name == simd_path_name(p)) return set_simd_path(p);
             }
-            throw Error(format("unknown SIMD path '%s' (scalar, avx2, avx512 or neon)", name.c_str()));
+            throw Error(format("unknown SIMD path '%s' (scalar, avx2, avx512, amx or neon)", name.c_str()));
         },
         py::arg("name"), "Test-only: make every custom op (in every model of this process) take this path.");
     m.def("conv_gemm", &run_conv_gemm, py::arg("xp"), py::arg("w"), py::arg("n"), py::arg("bias") = py::none(),

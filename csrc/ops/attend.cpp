@@ -161,6 +161,7 @@ void attend_op(ggml_tensor * dst, int ith, int nth, void *) {
     const int64_t t0 = tasks * ith / nth, t1 = tasks * (ith + 1) / nth;
     switch (simd_path()) {
 #ifdef QTTS_X86
+        case SimdPath::amx:
         case SimdPath::avx512: return attend_avx512(dst, d, t0, t1, w);
         case SimdPath::avx2: return attend_avx2(dst, d, t0, t1, w);
 #endif

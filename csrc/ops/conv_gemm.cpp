@@ -210,7 +210,7 @@ void tile(const Gemm & g, int64_t mt, [[maybe_unused]] SimdPath path) {
     if (path == SimdPath::neon) o = conv_gemm_tile_neon(g, mt);
 #endif
 #ifdef QTTS_X86
-    if (path >= SimdPath::avx2) {
+    if (x86_has(path, SimdPath::avx2)) {
         for (; o + 16 <= g.P; o += 16) tile_rows_avx2<2>(g, o, mt);
         for (; o + 8 <= g.P; o += 8) tile_rows_avx2<1>(g, o, mt);
     }
@@ -332,7 +332,7 @@ void conv_gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
     const int64_t d = dilation(dst), ldx = xp->nb[1] / sizeof(float);
     const SimdPath path = simd_path();
 #ifdef QTTS_X86
-    if (P == kPanelWidth && path == SimdPath::avx512) return conv_gemm_avx512(dst, ith, nth);
+    if (P == kPanelWidth && x86_has(path, SimdPath::avx512)) return conv_gemm_avx512(dst, ith, nth);
 #endif
     const std::vector<Span> & sp = spans(dst);
     const int64_t chunks = static_cast<int64_t>(sp.size()), items = panels * chunks;

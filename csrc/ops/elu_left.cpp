@@ -57,7 +57,7 @@ void elu_left_op(ggml_tensor * dst, int ith, int nth, void *) {
         } else if (r < P + n) {
             const float * xr = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + (r - P) * x->nb[1]);
 #ifdef QTTS_X86
-            if (path == SimdPath::avx2 || path == SimdPath::avx512) {
+            if (x86_has(path, SimdPath::avx2)) {
                 elu_row_avx2(xr, y, C);
                 continue;
             }

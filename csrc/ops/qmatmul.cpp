@@ -73,7 +73,7 @@ size_t column_bytes(Format f, Kernel k, int64_t K) {
 // AVX-512 next to the VNNI kernels, which every thread runs once per matmul call.
 float quantize_sums(Kernel k, const float * x, int n, int8_t * q, int32_t * sums16) {
 #ifdef QTTS_QMM_X86
-    if (k == Kernel::vnni) return quantize_block_avx512(x, n, q, sums16);
+    if (k == Kernel::vnni || k == Kernel::amx) return quantize_block_avx512(x, n, q, sums16);
 #else
     (void)k;
 #endif
@@ -249,13 +249,50 @@ void q6_k_scalar(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1)
     }
 }
 
+namespace {
+
+// Between a row of K-quant blocks (B bytes each, nb of them) and its place r in a packed group
+// of 16 (qmatmul_impl.h): the dword at byte o of block b at 16 B b + 16 o + 4 r.
+void k_quant_row_packing(uint8_t * group, int r, size_t B, int64_t nb, uint8_t * row, bool pack) {
+    for (int64_t b = 0; b < nb; ++b) {
+        uint8_t * unit = group + kPackRows * B * static_cast<size_t>(b);
+        uint8_t * block = row + B * static_cast<size_t>(b);
+        size_t o = 0;
+        for (; o + 4 <= B; o += 4) {
+            uint8_t * packed = unit + 16 * o + 4 * r;
+            std::memcpy(pack ? packed : block + o, pack ? block + o : packed, 4);
+        }
+        if (o < B) {  // Q6_K's last 2 bytes, d
+            uint8_t * packed = unit + 16 * o + 2 * r;
+            std::memcpy(pack ? packed : block + o, pack ? block + o : packed, B - o);
+        }
+    }
+}
+
+// Packed K-quants on the plain C++ path: each row unpacked, then the unpacked kernel's operations.
+template <typename Block, KernelFn Scalar>
+void k_quant_packed_scalar(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    static thread_local std::vector<uint8_t> row;
+    row.resize(t.wrow);
+    for (int64_t n = n0; n < n1; ++n) {
+        auto * group = const_cast<uint8_t *>(t.w + n / kPackRows * kPackRows * t.wrow);  // read only
+        k_quant_row_packing(group, static_cast<int>(n % kPackRows), sizeof(Block), t.K / 256, row.data(), false);
+        Task one = t;
+        one.w = row.data();
+        one.y = t.y + n;
+        Scalar(one, 0, 1, m0, m1);
+    }
+}
+
+}  // namespace
+
 }  // namespace qmm
 
 namespace {
 
 using namespace qmm;
 
-constexpr int64_t kRowUnit = 4;       // rows per thread share: the widest row tile
+constexpr int64_t kRowUnit = 4;       // rows per thread share: the widest row tile (packed K-quants: 16)
 constexpr int64_t kColumnGroup = 32;  // columns per pass over a thread's rows: their quantized
                                       // activations stay in L2 while the weights stream
 
@@ -276,16 +313,26 @@ bool format_of(ggml_type type, Format & f) {
 
 Choice choose(Format f, [[maybe_unused]] SimdPath path, bool packed = false) {
     static constexpr KernelFn scalar[] = {q8_0_scalar, q4_k_scalar, q6_k_scalar};
+    if (packed && f != Format::q8_0) {
+        const bool q4 = f == Format::q4_k;
+#ifdef QTTS_QMM_X86
+        if (path == SimdPath::amx) return {f, Kernel::amx, q4 ? q4_k_packed_amx : q6_k_packed_amx};
+        if (x86_has(path, SimdPath::avx512) && cpu_has_vnni())
+            return {f, Kernel::amx, q4 ? q4_k_packed_vnni : q6_k_packed_vnni};
+#endif
+        return {f, Kernel::scalar,
+                q4 ? k_quant_packed_scalar<BlockQ4_K, q4_k_scalar> : k_quant_packed_scalar<BlockQ6_K, q6_k_scalar>};
+    }
     if (packed) {
 #ifdef QTTS_QMM_X86
-        if (path >= SimdPath::avx512 && cpu_has_vnni()) return {f, Kernel::vnni, q8_0_packed_vnni};
+        if (x86_has(path, SimdPath::avx512) && cpu_has_vnni()) return {f, Kernel::vnni, q8_0_packed_vnni};
 #endif
         return {f, Kernel::scalar, q8_0_packed_scalar};
     }
 #ifdef QTTS_QMM_X86
     static constexpr KernelFn vnni[] = {q8_0_vnni, q4_k_vnni, q6_k_vnni};
-    if (path >= SimdPath::avx512 && cpu_has_vnni()) return {f, Kernel::vnni, vnni[static_cast<int>(f)]};
-    if (path >= SimdPath::avx2 && f == Format::q8_0) return {f, Kernel::avx2, q8_0_avx2};
+    if (x86_has(path, SimdPath::avx512) && cpu_has_vnni()) return {f, Kernel::vnni, vnni[static_cast<int>(f)]};
+    if (x86_has(path, SimdPath::avx2) && f == Format::q8_0) return {f, Kernel::avx2, q8_0_avx2};
 #endif
 #ifdef QTTS_QMM_ARM
     // K-quants keep ggml's mul_mat on ARM (qmatmul_vectorized is false for them)
@@ -303,12 +350,13 @@ uint8_t * line_aligned(std::vector<uint8_t> & buf, size_t bytes) {
 void qmatmul_op(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor *w = dst->src[0], *x = dst->src[1];
     const int64_t K = w->ne[0], N = w->ne[1], M = x->ne[1];
-    const int64_t units = (N + kRowUnit - 1) / kRowUnit;
-    const int64_t n0 = std::min(N, units * ith / nth * kRowUnit), n1 = std::min(N, units * (ith + 1) / nth * kRowUnit);
-    if (n0 >= n1) return;
     Format f = Format::q8_0;
     format_of(w->type, f);
-    const Choice c = choose(f, simd_path(), qmatmul_packed(w));
+    const bool packed = qmatmul_packed(w);
+    const int64_t unit = packed && f != Format::q8_0 ? kPackRows : kRowUnit, units = (N + unit - 1) / unit;
+    const int64_t n0 = std::min(N, units * ith / nth * unit), n1 = std::min(N, units * (ith + 1) / nth * unit);
+    if (n0 >= n1) return;
+    const Choice c = choose(f, simd_path(), packed);
     // every thread quantizes all columns itself: ggml gives custom ops no barrier, and this is
     // cheap next to the weights it then reads
     const size_t xcol = column_bytes(f, c.kernel, K);
@@ -367,9 +415,11 @@ bool qmatmul_packs_q8_0() {
 
 bool qmatmul_packs(const ggml_tensor * w) {
 #ifdef QTTS_QMM_X86
-    return w->type == GGML_TYPE_Q8_0 && cpu_has_vnni() && w->data && w->buffer &&
-           ggml_backend_buffer_is_host(w->buffer) && ggml_is_contiguous(w) && w->ne[2] == 1 && w->ne[3] == 1 &&
-           w->ne[0] % 32 == 0 && !w->extra;
+    const bool q8 = w->type == GGML_TYPE_Q8_0 && cpu_has_vnni() && w->ne[0] % 32 == 0;
+    const bool kq = (w->type == GGML_TYPE_Q4_K || w->type == GGML_TYPE_Q6_K) && cpu_has_amx() && w->ne[0] % 256 == 0 &&
+                    w->ne[1] % kPackRows == 0;
+    return (q8 || kq) && w->data && w->buffer && ggml_backend_buffer_is_host(w->buffer) && ggml_is_contiguous(w) &&
+           w->ne[2] == 1 && w->ne[3] == 1 && !w->extra;
 #else
     (void)w;
     return false;
@@ -379,7 +429,18 @@ bool qmatmul_packs(const ggml_tensor * w) {
 void qmatmul_pack(ggml_tensor * w) {
     if (!qmatmul_packs(w)) fail("qmatmul_pack: weight '%s' cannot be packed", w->name);
     auto * data = static_cast<uint8_t *>(w->data);
-    for (int64_t n = 0; n < w->ne[1]; ++n) pack_q8_0_row(data + n * w->nb[1], w->ne[0]);
+    if (w->type == GGML_TYPE_Q8_0) {
+        for (int64_t n = 0; n < w->ne[1]; ++n) pack_q8_0_row(data + n * w->nb[1], w->ne[0]);
+    } else {
+        const size_t B = w->type == GGML_TYPE_Q6_K ? sizeof(BlockQ6_K) : sizeof(BlockQ4_K), wrow = w->nb[1];
+        std::vector<uint8_t> rows(kPackRows * wrow);
+        for (int64_t n = 0; n < w->ne[1]; n += kPackRows) {
+            uint8_t * group = data + n * wrow;
+            std::memcpy(rows.data(), group, rows.size());
+            for (int r = 0; r < kPackRows; ++r)
+                k_quant_row_packing(group, r, B, w->ne[0] / 256, rows.data() + r * wrow, true);
+        }
+    }
     w->extra = const_cast<char *>(&kPackedTag);
 }
 

@@ -26,13 +26,18 @@ struct BlockQ6_K {  // 256 values in 16 sub-blocks of 16: d * sc[j] * (q - 32), 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "ggml blocks");
 
 enum class Format { q8_0, q4_k, q6_k };
-enum class Kernel { scalar, avx2, vnni, neon };
+enum class Kernel { scalar, avx2, vnni, amx, neon };
 
 // Packed Q8_0 weights (qmatmul_pack): per row, each group of G = 16 blocks (a last one of fewer)
 // in the same 34 G bytes as ggml's blocks, as the VNNI kernel uses them: 8 x 4G bytes, part v
 // holding bytes 4v..4v+3 of each block's values xor 0x80 (block i at 4i..4i+3), then the G half
 // scales.
 constexpr int64_t kPackGroup = 16;  // blocks
+
+// Packed Q4_K and Q6_K weights (qmatmul_pack, x86 with AMX): per 16 rows (a whole number of them),
+// per block index b, the 16 rows' blocks b transposed by dwords: the dword at byte o of row r's
+// block at 16 o + 4 r (Q6_K's last 2 bytes, d, at 16 * 208 + 2 r). Same size as ggml's rows.
+constexpr int64_t kPackRows = 16;
 
 // Quantized activation columns, one per column of x, each starting on a 64-byte line:
 //   Q8_0, scalar/avx2/neon: int8 q[K], float d[K/32]
@@ -41,7 +46,8 @@ constexpr int64_t kPackGroup = 16;  // blocks
 //     16 int32 (-128 * each block's sum of q, where vpdpbusd over weights + 128 starts) and the
 //     16 block scales
 //   K-quants: int8 q[K], float d[K/256], int16 sums[K/256][16]: per 32 values (Q4_K, 8 used)
-//     or per 16 (Q6_K). The vnni Q4_K kernel reads q in the order of its nibble unpacking: per
+//     or per 16 (Q6_K); the amx kernels read a sub-block's q as one tile row. The vnni Q4_K
+//     kernel reads q in the order of its nibble unpacking: per
 //     256-block four 64-byte vectors pairing sub-blocks (0 2) (1 3) (4 6) (5 7), bytes 4i, 4i+1
 //     values 2i, 2i+1 of the first and bytes 4i+2, 4i+3 those of the second.
 size_t column_bytes(Format f, Kernel k, int64_t K);
@@ -74,6 +80,15 @@ void q8_0_packed_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
 void pack_q8_0_groups(uint8_t * row, int64_t groups);
 void q4_k_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
 void q6_k_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
+// AMX (ops/qmatmul_amx.cpp): AMX-TILE and AMX-INT8 on top of cpu_has_vnni(), and the OS's
+// permission for the tile state (asked for once, by the first call).
+bool cpu_has_amx();
+// Packed K-quants, rows in whole blocks of 16: the dot products by tiles from 4 columns on
+// (amx), by vpdpbusd below that and on the avx512 path (vnni); the same results bit for bit.
+void q4_k_packed_amx(const Task &, int64_t, int64_t, int64_t, int64_t);
+void q6_k_packed_amx(const Task &, int64_t, int64_t, int64_t, int64_t);
+void q4_k_packed_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
+void q6_k_packed_vnni(const Task &, int64_t, int64_t, int64_t, int64_t);
 // quantize_column's block rounding (n = 32 or 256 values) with AVX-512, the same operations lane
 // by lane as the plain C++ (bit-identical); sums16, when given, gets the n / 16 sums of 16 values.
 float quantize_block_avx512(const float * x, int n, int8_t * q, int32_t * sums16);

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "ops/qmatmul_impl.h"
 #include "runtime/error.h"
 
 namespace qtts {
@@ -20,7 +21,7 @@ SimdPath best_simd_path() {
     static const SimdPath best = [] {
         if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return SimdPath::scalar;
         if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl")) return SimdPath::avx2;
-        return SimdPath::avx512;
+        return qmm::cpu_has_amx() ? SimdPath::amx : SimdPath::avx512;
     }();
     return best;
 #elif defined(QTTS_NEON)
@@ -49,6 +50,7 @@ const char * simd_path_name(SimdPath path) {
     switch (path) {
         case SimdPath::avx2: return "avx2";
         case SimdPath::avx512: return "avx512";
+        case SimdPath::amx: return "amx";
         case SimdPath::neon: return "neon";
         default: return "scalar";
     }

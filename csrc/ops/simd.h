@@ -16,12 +16,17 @@
 
 namespace qtts {
 
-// The x86 paths are ordered: one may use the kernels of every x86 path below it. neon is the
-// aarch64 path (ops/neon.h), never available on x86, as avx2 and avx512 never are on ARM.
-enum class SimdPath { scalar = 0, avx2 = 1, avx512 = 2, neon = 3 };
+// The x86 paths are ordered: one may use the kernels of every x86 path below it (x86_has). amx
+// adds the quantized matmul's tile kernels (ops/qmatmul.h) to avx512; the other ops take their
+// avx512 kernels there. neon is the aarch64 path (ops/neon.h), never available on x86, as the
+// x86 paths never are on ARM.
+enum class SimdPath { scalar = 0, avx2 = 1, avx512 = 2, amx = 3, neon = 4 };
 
-// The best path this CPU supports (avx2 needs FMA too, avx512 needs AVX-512F and VL; neon on
-// every aarch64 CPU).
+// Whether `path` may use the kernels of the x86 path `floor`.
+inline bool x86_has(SimdPath path, SimdPath floor) { return path != SimdPath::neon && path >= floor; }
+
+// The best path this CPU supports (avx2 needs FMA too, avx512 needs AVX-512F and VL, amx needs
+// AVX-512 VNNI, AMX-TILE, AMX-INT8 and the OS's leave to use the tiles; neon on every aarch64 CPU).
 SimdPath best_simd_path();
 
 // Whether this CPU can take `path`: scalar always, then the paths of its architecture up to

@@ -91,7 +91,7 @@ void snake_op(ggml_tensor * dst, int ith, int nth, void *) {
         }
         const float * xr = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + (r - P) * x->nb[1]);
 #ifdef QTTS_X86
-        if (path == SimdPath::avx512) {
+        if (x86_has(path, SimdPath::avx512)) {
             snake_row_avx512(xr, a, b, y, C);
             continue;
         }

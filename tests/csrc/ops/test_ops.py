@@ -350,8 +350,8 @@ def test_time_stats_is_the_same_on_every_path() -> None:
 # the switch and the runners' argument checks
 
 def test_simd_paths_and_the_switch() -> None:
-    assert PATHS[0] == "scalar" and set(PATHS) <= {"scalar", "avx2", "avx512", "neon"}
-    assert PATHS == [p for p in ("scalar", "avx2", "avx512", "neon") if p in PATHS]
+    assert PATHS[0] == "scalar" and set(PATHS) <= {"scalar", "avx2", "avx512", "amx", "neon"}
+    assert PATHS == [p for p in ("scalar", "avx2", "avx512", "amx", "neon") if p in PATHS]
     assert ops.get_simd_path() == PATHS[-1]  # the best by default
     try:
         for p in PATHS:
@@ -361,7 +361,7 @@ def test_simd_paths_and_the_switch() -> None:
         ops.set_simd_path(PATHS[-1])
     with pytest.raises(ValueError, match="unknown SIMD path 'sse9'"):
         ops.set_simd_path("sse9")
-    for missing in sorted({"avx2", "avx512", "neon"} - set(PATHS)):
+    for missing in sorted({"avx2", "avx512", "amx", "neon"} - set(PATHS)):
         with pytest.raises(ValueError, match=f"'{missing}' is not available"):
             ops.set_simd_path(missing)
     assert ops.get_simd_path() == PATHS[-1]

@@ -9,6 +9,9 @@ Q6_K weights quantized by ggml and dequantized by gguf-py:
   equals the same column alone, for 1 and 3 threads;
 * packed Q8_0 weights (x86 with AVX-512 VNNI): bit for bit the unpacked weights' result on the
   scalar and avx512 paths, the scalar kernel's on avx2, for whole and partial 16-block groups;
+* packed Q4_K and Q6_K weights (x86 with AMX, rows in blocks of 16): against numpy; columns
+  independent across the switch from vpdpbusd to tiles at 4 columns; the avx512 path (vpdpbusd
+  only) bit for bit the amx path; the plain C++ kernel's result below avx512;
 * matmul() routes host weights to it on the native path and to ggml's mul_mat on the ggml path;
 * bad arguments get a ValueError naming them.
 
@@ -25,7 +28,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
 from qtts._native import core
-from tests.fixtures.simd import U32, path  # noqa: F401  (path is a fixture)
+from tests.fixtures.simd import PATHS, U32, path  # noqa: F401  (path is a fixture)
 
 ops = core.ops
 TYPES = {"q8_0": (QT.Q8_0, 32, 45 * 32), "q4_k": (QT.Q4_K, 256, 3 * 256), "q6_k": (QT.Q6_K, 256, 3 * 256)}
@@ -35,16 +38,16 @@ COLUMNS = (1, 2, 3, 5, 8, 17, 40)
 
 
 class Case:
-    """Weights of one type: ggml's bytes and gguf-py's dequantization; activations."""
+    """Weights of one type (n rows): ggml's bytes and gguf-py's dequantization; activations."""
 
-    def __init__(self, type_name: str, seed: int = 0) -> None:
+    def __init__(self, type_name: str, seed: int = 0, n: int = N) -> None:
         qtype, self.block, self.k = TYPES[type_name]
         self.type = type_name
         rng = np.random.default_rng(seed)
-        w = rng.standard_normal((N, self.k)).astype(np.float32)
+        w = rng.standard_normal((n, self.k)).astype(np.float32)
         w[3] *= 0.0  # an all-zero row
-        self.w = np.frombuffer(core.quantize(w, type_name, 1), dtype=np.uint8).reshape(N, -1)
-        self.wd = quants.dequantize(self.w, qtype).reshape(N, self.k).astype(np.float64)
+        self.w = np.frombuffer(core.quantize(w, type_name, 1), dtype=np.uint8).reshape(n, -1)
+        self.wd = quants.dequantize(self.w, qtype).reshape(n, self.k).astype(np.float64)
         self.x = (rng.standard_normal((max(COLUMNS), self.k)) * 2.0).astype(np.float32)
         self.x[1, : self.block] = 0.0  # an all-zero activation block
 
@@ -57,23 +60,24 @@ class Case:
         scale = np.broadcast_to(d, xb.shape).reshape(m, self.k).astype(np.float64)
         return (q * d).reshape(m, self.k).astype(np.float64), scale
 
-    def rounding(self, xq: np.ndarray) -> np.ndarray:
+    def rounding(self, xq: np.ndarray, per_block: int = 1) -> np.ndarray:
         """A bound on float rounding: a few roundings per block term (scales, products, gguf-py's
-        dequantization) and one per block in the sum over blocks."""
-        return (self.k // self.block + 8) * U32 * (np.abs(xq) @ np.abs(self.wd).T)
+        dequantization) and `per_block` per block in the sum over blocks (the packed K-quant
+        kernels add each block's 8 or 16 sub-block terms in float)."""
+        return (self.k // self.block * per_block + 8) * U32 * (np.abs(xq) @ np.abs(self.wd).T)
 
     def activation_bound(self, scale: np.ndarray) -> np.ndarray:
         """|W (x - xq)| <= sum |w| * d / 2 for round-to-nearest with step d."""
         return (scale / 2) @ np.abs(self.wd).T
 
 
-CASES: dict[str, Case] = {}
+CASES: dict[tuple[str, int], Case] = {}
 
 
-def case(type_name: str) -> Case:
-    if type_name not in CASES:
-        CASES[type_name] = Case(type_name)
-    return CASES[type_name]
+def case(type_name: str, n: int = N) -> Case:
+    if (type_name, n) not in CASES:
+        CASES[type_name, n] = Case(type_name, n=n)
+    return CASES[type_name, n]
 
 
 @pytest.mark.parametrize("m", COLUMNS)
@@ -85,11 +89,11 @@ def test_matches_numpy(path: str, type_name: str, m: int) -> None:
     assert_matches_numpy(c, y, m)
 
 
-def assert_matches_numpy(c: Case, y: np.ndarray, m: int) -> None:
+def assert_matches_numpy(c: Case, y: np.ndarray, m: int, per_block: int = 1) -> None:
     """y = the first m columns of c.x times c's weights, as the op quantizes them."""
     xq, scale = c.quantized_x(m)
     ref = xq @ c.wd.T
-    tol = c.rounding(xq)
+    tol = c.rounding(xq, per_block)
     assert np.all(np.abs(y - ref) <= tol), np.max(np.abs(y - ref) / tol)
     exact = c.x[:m].astype(np.float64) @ c.wd.T
     assert np.all(np.abs(y - exact) <= c.activation_bound(scale) + tol)
@@ -167,8 +171,29 @@ def test_packed_q8_0_gives_the_unpacked_results(path: str, k: int) -> None:
     np.testing.assert_array_equal(packed, ops.qmatmul(w, "q8_0", x, n_threads=2))
 
 
-def test_only_q8_0_weights_are_packed() -> None:
-    c = case("q4_k")
+PACKED_ROWS = 48  # K-quants pack in blocks of 16 rows
+
+
+@pytest.mark.parametrize("type_name", ["q4_k", "q6_k"])
+def test_packed_k_quants(path: str, type_name: str) -> None:
+    c = case(type_name, PACKED_ROWS)
+    if "amx" not in PATHS:
+        with pytest.raises(ValueError, match=f"packed: {type_name} weights cannot be packed"):
+            ops.qmatmul(c.w, type_name, c.x[:1], packed=True)
+        return
+    whole = ops.qmatmul(c.w, type_name, c.x, n_threads=3, packed=True)  # 40 columns: 16 + 16 + 8
+    assert_matches_numpy(c, whole, len(c.x), per_block=16)
+    for m in (1, 2, 3, 4, 5, 17):  # below 4 columns vpdpbusd, from 4 on tiles (amx)
+        np.testing.assert_array_equal(ops.qmatmul(c.w, type_name, c.x[:m], n_threads=2, packed=True), whole[:m])
+    if path == "avx512":  # vpdpbusd for every column count: the amx path's results
+        ops.set_simd_path("amx")
+        np.testing.assert_array_equal(ops.qmatmul(c.w, type_name, c.x, n_threads=3, packed=True), whole)
+    elif path != "amx":  # rows unpacked for the plain C++ kernel
+        np.testing.assert_array_equal(ops.qmatmul(c.w, type_name, c.x, n_threads=2), whole)
+
+
+def test_k_quants_pack_in_whole_blocks_of_16_rows() -> None:
+    c = case("q4_k")  # 37 rows
     with pytest.raises(ValueError, match="packed: q4_k weights cannot be packed"):
         ops.qmatmul(c.w, "q4_k", c.x[:1], packed=True)
 
