@@ -19,6 +19,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
+#include <vector>
 
 #ifdef __linux__
 #include <sys/syscall.h>
@@ -58,7 +60,7 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 
-// `columns` tile rows of A and C; `k` values per sub-block (A's bytes per row, B's rows x 4).
+// `columns` tile rows of A and C; `k` values per product (A's bytes per row, B's rows x 4).
 QTTS_QMM_AMX void configure(int columns, int k) {
     TileConfig cfg;
     for (int t = 0; t < 2; ++t) {
@@ -80,17 +82,17 @@ QTTS_QMM_AMX inline __m512 byte_s(__m512i v, int i) {
     return _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * i), 24));
 }
 
-// One sub-block's product: A = the columns' signed values, B = the rows' unsigned values
-// (tdpbsud), C stored at `c` (a row per column, the 16 weight rows as lanes). GCC's tile
-// intrinsics paste the tile numbers into the assembly, so they are literals: even sub-blocks take
-// tiles 0, 2, 4 and odd ones 1, 3, 5, so that one multiply overlaps the next one's loads.
-#define QTTS_AMX_MULTIPLY(TA, TB, TC, a, lda, b, c) \
-    do {                                            \
-        _tile_loadd(TA, a, static_cast<long>(lda)); \
-        _tile_loadd(TB, b, 64);                     \
-        _tile_zero(TC);                             \
-        _tile_dpbsud(TC, TA, TB);                   \
-        _tile_stored(TC, c, 64);                    \
+// One tile product: A = the columns' signed values, B = the rows' values (DP: _tile_dpbsud for
+// unsigned ones, _tile_dpbssd for signed), C stored at `c` (a row per column, the 16 weight rows
+// as lanes). GCC's tile intrinsics paste the tile numbers into the assembly, so they are
+// literals: products alternate between tiles 0, 2, 4 and 1, 3, 5.
+#define QTTS_AMX_MULTIPLY(DP, TA, TB, TC, a, lda, b, c) \
+    do {                                                \
+        _tile_loadd(TA, a, static_cast<long>(lda));     \
+        _tile_loadd(TB, b, 64);                         \
+        _tile_zero(TC);                                 \
+        DP(TC, TA, TB);                                 \
+        _tile_stored(TC, c, 64);                        \
     } while (0)
 
 // The packed weights stream in order, a block of 16 rows at a time: each block's bytes are asked
@@ -138,12 +140,25 @@ QTTS_QMM_AMX inline __m512 add_term(__m512 S, __m512i D, int corr, __m512 sc) {
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(D, _mm512_set1_epi32(corr))), sc, S);
 }
 
+// Keeps the values as B tiles, minus `bias` (Q6_K: 32, so that the tiles' products are those of
+// the signed values and need no correction).
 struct TileSink {
     Unit & u;
+    int bias;
     QTTS_QMM_AMX void operator()(int j, int k, const __m512i * v) const {
         auto * dst = reinterpret_cast<__m512i *>(u.wb[j * k / 16]);
-        for (int g = 0; g < k / 4; ++g) _mm512_store_si512(dst + g, v[g]);
+        const __m512i b = _mm512_set1_epi8(static_cast<char>(bias));
+        for (int g = 0; g < k / 4; ++g) _mm512_store_si512(dst + g, _mm512_sub_epi8(v[g], b));
     }
+};
+
+// How a column tile's dot products are computed (run): in registers, by a tile product per
+// sub-block, or, for up to 8 columns, per two sub-blocks against a block-diagonal A (`pairs`,
+// build_pairs), half as many products of twice the rows (each costs about the same whatever its
+// rows: the loads, zeroing and store around it).
+struct TileMode {
+    bool on = false;
+    const uint8_t * pairs = nullptr;
 };
 
 // Below this many columns the values are dotted in registers by vpdpbusd; from it on by tiles,
@@ -213,7 +228,7 @@ template <typename Sink> QTTS_QMM_AMX void unit_q4_k(const Packed & w, Unit & u,
 
 // Q6_K: scales, then the unsigned 6-bit values (q, not q - 32).
 template <typename Sink> QTTS_QMM_AMX void unit_q6_k(const Packed & w, Unit & u, Sink & sink) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F), low2 = _mm512_set1_epi8(0x03);
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     __m512i s[4];
     w.d16(offsetof(BlockQ6_K, scales), s);
     for (int k = 0; k < 16; ++k) u.sc[k] = byte_s(s[k / 4], k % 4);
@@ -224,14 +239,17 @@ template <typename Sink> QTTS_QMM_AMX void unit_q6_k(const Packed & w, Unit & u,
         w.d32(64 * static_cast<size_t>(h), l0);
         w.d32(64 * static_cast<size_t>(h) + 32, l1);
         w.d32(offsetof(BlockQ6_K, qh) + 32 * static_cast<size_t>(h), hi);
-        for (int q = 0; q < 4;
-             ++q) {  // values 128h + 32q + 4g ..: low nibbles of l0, l1, high ones; qh bits 2q, 2q + 1
+        // values 128h + 32q + 4g ..: the low nibbles of l0, l1, then their high ones; qh bits 2q,
+        // 2q + 1 shifted to bits 4-5 (16-bit shifts: what crosses a byte is masked off)
+        for (int q = 0; q < 4; ++q) {
             __m512i v[8];
             for (int g = 0; g < 8; ++g) {
                 const __m512i l = q % 2 ? l1[g] : l0[g];
                 const __m512i nib = _mm512_and_si512(q < 2 ? l : _mm512_srli_epi16(l, 4), low4);
-                const __m512i top = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hi[g], 2 * q), low2), 4);
-                v[g] = _mm512_or_si512(nib, top);
+                const __m512i top = q < 2    ? _mm512_slli_epi16(hi[g], 4 - 2 * q)
+                                    : q == 2 ? hi[g]
+                                             : _mm512_srli_epi16(hi[g], 2);
+                v[g] = _mm512_or_si512(nib, _mm512_and_si512(top, bits45));
             }
             sink(8 * h + 2 * q, 16, v);
             sink(8 * h + 2 * q + 1, 16, v + 4);
@@ -240,36 +258,56 @@ template <typename Sink> QTTS_QMM_AMX void unit_q6_k(const Packed & w, Unit & u,
 }
 
 // The tile products D of `subs` sub-blocks of `k` values, columns m .. m + C - 1 (A = the
-// columns' values of the sub-block read in place, one tile row per column; C one row per column).
-QTTS_QMM_AMX void dots_tiles(const Task & t, int64_t b, int64_t m, int subs, int k, Unit & u) {
+// columns' values read in place, a tile row per column, or the block-diagonal pairs: then the
+// second sub-block's products are rows C .. 2C - 1 of the first's D).
+template <bool Q6> QTTS_QMM_AMX void dots_tiles(const Task & t, int64_t b, int64_t m, int C, const TileMode & mode,
+                                                Unit & u) {
+    constexpr int subs = Q6 ? 16 : 8, k = Q6 ? 16 : 32;
+#define QTTS_AMX_PRODUCTS(TA, TB, TC, a, lda, bt, c)                \
+    if constexpr (Q6) {                                             \
+        QTTS_AMX_MULTIPLY(_tile_dpbssd, TA, TB, TC, a, lda, bt, c); \
+    } else {                                                        \
+        QTTS_AMX_MULTIPLY(_tile_dpbsud, TA, TB, TC, a, lda, bt, c); \
+    }
+    if (mode.pairs) {
+        const size_t pair = 4 * static_cast<size_t>(C) * k;
+        const uint8_t * a = mode.pairs + static_cast<size_t>(b) * subs / 2 * pair;
+        for (int p = 0; p < subs / 2; p += 2) {
+            QTTS_AMX_PRODUCTS(0, 2, 4, a + p * pair, 2 * k, u.wb[2 * p * k / 16], u.D[2 * p]);
+            QTTS_AMX_PRODUCTS(1, 3, 5, a + (p + 1) * pair, 2 * k, u.wb[(2 * p + 2) * k / 16], u.D[2 * p + 2]);
+        }
+        return;
+    }
     const uint8_t * a = t.xq + m * t.xcol + 256 * b;
     for (int j = 0; j < subs; j += 2) {
-        QTTS_AMX_MULTIPLY(0, 2, 4, a + k * j, t.xcol, u.wb[j * k / 16], u.D[j]);
-        QTTS_AMX_MULTIPLY(1, 3, 5, a + k * (j + 1), t.xcol, u.wb[(j + 1) * k / 16], u.D[j + 1]);
+        QTTS_AMX_PRODUCTS(0, 2, 4, a + k * j, t.xcol, u.wb[j * k / 16], u.D[j]);
+        QTTS_AMX_PRODUCTS(1, 3, 5, a + k * (j + 1), t.xcol, u.wb[(j + 1) * k / 16], u.D[j + 1]);
     }
+#undef QTTS_AMX_PRODUCTS
 }
 
 // S per column of block b of a packed K-quant (`q6` or Q4_K): by tiles or in registers.
 template <bool Q6>
-QTTS_QMM_AMX void block_sums(const Task & t, const Packed & w, int64_t b, int64_t m, int C, bool tiles, Unit & u,
-                             __m512 * S) {
+QTTS_QMM_AMX void block_sums(const Task & t, const Packed & w, int64_t b, int64_t m, int C, const TileMode & mode,
+                             Unit & u, __m512 * S) {
     const int64_t nb = t.K / 256;
     const int subs = Q6 ? 16 : 8;
     auto sums = [&](int64_t c) {
         return reinterpret_cast<const int16_t *>(t.xq + (m + c) * t.xcol + t.K + 4 * nb) + 16 * b;
     };
-    if (tiles) {
-        TileSink sink{u};
+    if (mode.on) {
+        TileSink sink{u, Q6 ? 32 : 0};
         if constexpr (Q6)
             unit_q6_k(w, u, sink);
         else
             unit_q4_k(w, u, sink);
-        dots_tiles(t, b, m, subs, Q6 ? 16 : 32, u);
+        dots_tiles<Q6>(t, b, m, C, mode, u);
         for (int c = 0; c < C; ++c) {
-            const int16_t * s = sums(c);
             S[c] = _mm512_setzero_ps();
-            for (int j = 0; j < subs; ++j)
-                S[c] = add_term(S[c], _mm512_load_si512(u.D[j][c]), Q6 ? 32 * s[j] : 0, u.sc[j]);
+            for (int j = 0; j < subs; ++j) {
+                const int32_t * D = mode.pairs && j % 2 ? u.D[j - 1][C + c] : u.D[j][c];
+                S[c] = add_term(S[c], _mm512_load_si512(D), 0, u.sc[j]);
+            }
         }
         return;
     }
@@ -290,14 +328,14 @@ QTTS_QMM_AMX void block_sums(const Task & t, const Packed & w, int64_t b, int64_
 
 // Q4_K: y += d dx S - dmin dx M, S = sum_j sc_j D_j (add_term, j in order), M = sum_j m_j * (the
 // column's sum over sub-block j) in integers.
-QTTS_QMM_AMX void q4_k_rows(const Task & t, int64_t n, int rows, int64_t m, int C, bool tiles) {
+QTTS_QMM_AMX void q4_k_rows(const Task & t, int64_t n, int rows, int64_t m, int C, const TileMode & mode) {
     const int64_t nb = t.K / 256;
     Unit u;
     alignas(64) __m512 acc[16], accm[16], S[16];
     for (int c = 0; c < C; ++c) acc[c] = accm[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const Packed w{t.w + n * t.wrow + 16 * sizeof(BlockQ4_K) * static_cast<size_t>(b)};
-        block_sums<false>(t, w, b, m, C, tiles, u, S);
+        block_sums<false>(t, w, b, m, C, mode, u, S);
         for (int c = 0; c < C; ++c) {
             const uint8_t * col = t.xq + (m + c) * t.xcol;
             const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float *>(col + t.K)[b]);
@@ -312,14 +350,14 @@ QTTS_QMM_AMX void q4_k_rows(const Task & t, int64_t n, int rows, int64_t m, int 
 }
 
 // Q6_K: y += d dx S, S = sum_s sc_s (D_s - 32 * the column's sum over sub-block s) (add_term).
-QTTS_QMM_AMX void q6_k_rows(const Task & t, int64_t n, int rows, int64_t m, int C, bool tiles) {
+QTTS_QMM_AMX void q6_k_rows(const Task & t, int64_t n, int rows, int64_t m, int C, const TileMode & mode) {
     const int64_t nb = t.K / 256;
     Unit u;
     alignas(64) __m512 acc[16], zero[16], S[16];
     for (int c = 0; c < C; ++c) acc[c] = zero[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const Packed w{t.w + n * t.wrow + 16 * sizeof(BlockQ6_K) * static_cast<size_t>(b)};
-        block_sums<true>(t, w, b, m, C, tiles, u, S);
+        block_sums<true>(t, w, b, m, C, mode, u, S);
         for (int c = 0; c < C; ++c) {
             const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float *>(t.xq + (m + c) * t.xcol + t.K)[b]);
             acc[c] = _mm512_fmadd_ps(S[c], _mm512_mul_ps(u.d, dx), acc[c]);
@@ -330,20 +368,46 @@ QTTS_QMM_AMX void q6_k_rows(const Task & t, int64_t n, int rows, int64_t m, int 
 
 #undef QTTS_AMX_MULTIPLY
 
-using RowsFn = void (*)(const Task &, int64_t, int, int64_t, int, bool);
+using RowsFn = void (*)(const Task &, int64_t, int, int64_t, int, const TileMode &);
 
-// Rows [n0, n1) (whole blocks of 16) x columns [m0, m1): per 16 columns one tile configuration
-// where the tiles are used, then 16 rows at a time.
+// A for two sub-blocks of k values per product, columns m .. m + C - 1 (C <= 8), for every block:
+// per (block, pair of sub-blocks) 2C rows of 2k bytes, row c holding column c's values of the
+// first sub-block then k zeros, row C + c k zeros then its values of the second.
+void build_pairs(const Task & t, int64_t m, int C, int k, std::vector<uint8_t> & out) {
+    const int64_t nb = t.K / 256;
+    const int half = 256 / k / 2;
+    const size_t row = 2 * static_cast<size_t>(k), pair = 2 * static_cast<size_t>(C) * row;
+    out.assign(static_cast<size_t>(nb) * half * pair, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+        for (int p = 0; p < half; ++p) {
+            uint8_t * dst = out.data() + (static_cast<size_t>(b) * half + p) * pair;
+            for (int c = 0; c < C; ++c) {
+                const uint8_t * x = t.xq + (m + c) * t.xcol + 256 * b + 2 * p * k;
+                std::memcpy(dst + c * row, x, static_cast<size_t>(k));
+                std::memcpy(dst + (C + c) * row + k, x + k, static_cast<size_t>(k));
+            }
+        }
+    }
+}
+
+// Rows [n0, n1) (whole blocks of 16) x columns [m0, m1): per 16 columns the way of the dot
+// products (TileMode) and its tile configuration, then 16 rows at a time.
 QTTS_QMM_AMX void run(RowsFn fn, int k, bool amx, const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    static thread_local std::vector<uint8_t> pairs;
     bool configured = false;
     for (int64_t m = m0; m < m1; m += 16) {
         const int C = static_cast<int>(std::min<int64_t>(16, m1 - m));
-        const bool tiles = amx && C >= kTileColumns;
-        if (tiles) {
+        TileMode mode;
+        mode.on = amx && C >= kTileColumns;
+        if (mode.on && 2 * C <= 16) {
+            build_pairs(t, m, C, k, pairs);
+            mode.pairs = pairs.data();
+            configure(2 * C, 2 * k);
+        } else if (mode.on) {
             configure(C, k);
-            configured = true;
         }
-        for (int64_t n = n0; n < n1; n += 16) fn(t, n, static_cast<int>(std::min<int64_t>(16, n1 - n)), m, C, tiles);
+        configured = configured || mode.on;
+        for (int64_t n = n0; n < n1; n += 16) fn(t, n, static_cast<int>(std::min<int64_t>(16, n1 - n)), m, C, mode);
     }
     if (configured) _tile_release();
 }
