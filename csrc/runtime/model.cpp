@@ -141,26 +141,19 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     huge_page_bytes = f.huge_page_bytes();
     // Matrices in memory of our own are packed for the quantized matmul (ops/qmatmul.h) when
     // graphs are built with it; a mapped file's pages stay as they are. A joined weight is packed
-    // whole, its parts with it (TransformerLayer::wqkv). Q8_0 everywhere; Q4_K and Q6_K (on AMX)
-    // in the code predictor only, whose weights a frame reads 15 times, from the cache: the
-    // talker's stream from memory once a step, and the packed kernel read them slower at one
-    // column (docs/kernels.md, "AMX tiles").
+    // whole, its parts with it (TransformerLayer::wqkv). Q8_0 on VNNI CPUs, Q4_K and Q6_K on AMX.
     if (ops == OpsPath::native && matmul_path() == MatmulPath::native) {
-        std::vector<ggml_tensor *> talker_m = {talker.codec_head}, predictor_m = {code_predictor.mtp_proj};
-        predictor_m.insert(predictor_m.end(), code_predictor.lm_head.begin(), code_predictor.lm_head.end());
-        for (const TransformerLayer & l : talker.tfm.layers) {
-            for (ggml_tensor * w : layer_matrices(l)) talker_m.push_back(w);
-        }
-        for (const TransformerLayer & l : code_predictor.tfm.layers) {
-            for (ggml_tensor * w : layer_matrices(l)) predictor_m.push_back(w);
-        }
-        for (const auto & [matrices, k_quants] : {std::pair{&talker_m, false}, std::pair{&predictor_m, true}}) {
-            for (ggml_tensor * w : *matrices) {
-                if (!w || !f.in_huge_pages(w) || !qmatmul_packs(w)) continue;
-                if (!k_quants && w->type != GGML_TYPE_Q8_0) continue;
-                qmatmul_pack(w);
-                packed_bytes += ggml_nbytes(w);
+        std::vector<ggml_tensor *> matrices = {talker.codec_head, code_predictor.mtp_proj};
+        matrices.insert(matrices.end(), code_predictor.lm_head.begin(), code_predictor.lm_head.end());
+        for (const Transformer * tfm : {&talker.tfm, &code_predictor.tfm}) {
+            for (const TransformerLayer & l : tfm->layers) {
+                for (ggml_tensor * w : layer_matrices(l)) matrices.push_back(w);
             }
+        }
+        for (ggml_tensor * w : matrices) {
+            if (!w || !f.in_huge_pages(w) || !qmatmul_packs(w)) continue;
+            qmatmul_pack(w);
+            packed_bytes += ggml_nbytes(w);
         }
     }
     if (ops == OpsPath::portable) conv_weights.build(convs, device);
