@@ -26,6 +26,7 @@ struct BlockQ6_K {  // 256 values in 16 sub-blocks of 16: d * sc[j] * (q - 32), 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210, "ggml blocks");
 
 enum class Format { q8_0, q4_k, q6_k };
+// amx: the packed K-quants' kernels (ops/qmatmul_amx.cpp), with or without the tiles
 enum class Kernel { scalar, avx2, vnni, amx, neon };
 
 // Packed Q8_0 weights (qmatmul_pack): per row, each group of G = 16 blocks (a last one of fewer)
