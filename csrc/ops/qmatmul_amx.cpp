@@ -328,44 +328,32 @@ QTTS_QMM_AMX void block_sums(const Task & t, const Packed & w, int64_t b, int64_
     for (int c = 0; c < C; ++c) S[c] = sink.S[c];
 }
 
-// Q4_K: y += d dx S - dmin dx M, S = sum_j sc_j D_j (add_term, j in order), M = sum_j m_j * (the
-// column's sum over sub-block j) in integers.
-QTTS_QMM_AMX void q4_k_rows(const Task & t, int64_t n, int rows, int64_t m, int C, const TileMode & mode) {
+// Rows n .. n + 15 by columns m .. m + C - 1: per block y += d dx S (S from block_sums: Q4_K
+// sum_j sc_j D_j, Q6_K sum_s sc_s (D_s - 32 * the column's sum over sub-block s), add_term in
+// order); Q4_K also y -= dmin dx M, M = sum_j m_j * (the column's sum over sub-block j) in integers.
+template <bool Q6>
+QTTS_QMM_AMX void block_rows(const Task & t, int64_t n, int rows, int64_t m, int C, const TileMode & mode) {
     const int64_t nb = t.K / 256;
+    const size_t B = Q6 ? sizeof(BlockQ6_K) : sizeof(BlockQ4_K);
     Unit u;
     alignas(64) __m512 acc[16], accm[16], S[16];
     for (int c = 0; c < C; ++c) acc[c] = accm[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-        const Packed w{t.w + n * t.wrow + 16 * sizeof(BlockQ4_K) * static_cast<size_t>(b)};
-        block_sums<false>(t, w, b, m, C, mode, u, S);
+        const Packed w{t.w + n * t.wrow + 16 * B * static_cast<size_t>(b)};
+        block_sums<Q6>(t, w, b, m, C, mode, u, S);
         for (int c = 0; c < C; ++c) {
             const uint8_t * col = t.xq + (m + c) * t.xcol;
             const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float *>(col + t.K)[b]);
-            const auto * sums = reinterpret_cast<const int32_t *>(col + t.K + 4 * nb) + 8 * b;  // int16 pairs
-            __m512i M = _mm512_setzero_si512();
-            for (int p = 0; p < 4; ++p) M = _mm512_dpwssd_epi32(M, u.mins[p], _mm512_set1_epi32(sums[p]));
             acc[c] = _mm512_fmadd_ps(S[c], _mm512_mul_ps(u.d, dx), acc[c]);
-            accm[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(u.dmin, dx), accm[c]);
+            if constexpr (!Q6) {
+                const auto * sums = reinterpret_cast<const int32_t *>(col + t.K + 4 * nb) + 8 * b;  // int16 pairs
+                __m512i M = _mm512_setzero_si512();
+                for (int p = 0; p < 4; ++p) M = _mm512_dpwssd_epi32(M, u.mins[p], _mm512_set1_epi32(sums[p]));
+                accm[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(u.dmin, dx), accm[c]);
+            }
         }
     }
     store(t, n, rows, m, C, acc, accm);
-}
-
-// Q6_K: y += d dx S, S = sum_s sc_s (D_s - 32 * the column's sum over sub-block s) (add_term).
-QTTS_QMM_AMX void q6_k_rows(const Task & t, int64_t n, int rows, int64_t m, int C, const TileMode & mode) {
-    const int64_t nb = t.K / 256;
-    Unit u;
-    alignas(64) __m512 acc[16], zero[16], S[16];
-    for (int c = 0; c < C; ++c) acc[c] = zero[c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const Packed w{t.w + n * t.wrow + 16 * sizeof(BlockQ6_K) * static_cast<size_t>(b)};
-        block_sums<true>(t, w, b, m, C, mode, u, S);
-        for (int c = 0; c < C; ++c) {
-            const __m512 dx = _mm512_set1_ps(reinterpret_cast<const float *>(t.xq + (m + c) * t.xcol + t.K)[b]);
-            acc[c] = _mm512_fmadd_ps(S[c], _mm512_mul_ps(u.d, dx), acc[c]);
-        }
-    }
-    store(t, n, rows, m, C, acc, zero);
 }
 
 #undef QTTS_AMX_MULTIPLY
@@ -417,16 +405,16 @@ QTTS_QMM_AMX void run(RowsFn fn, int k, bool amx, const Task & t, int64_t n0, in
 }  // namespace
 
 void q4_k_packed_amx(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
-    run(q4_k_rows, 32, true, t, n0, n1, m0, m1);
+    run(block_rows<false>, 32, true, t, n0, n1, m0, m1);
 }
 void q6_k_packed_amx(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
-    run(q6_k_rows, 16, true, t, n0, n1, m0, m1);
+    run(block_rows<true>, 16, true, t, n0, n1, m0, m1);
 }
 void q4_k_packed_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
-    run(q4_k_rows, 32, false, t, n0, n1, m0, m1);
+    run(block_rows<false>, 32, false, t, n0, n1, m0, m1);
 }
 void q6_k_packed_vnni(const Task & t, int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
-    run(q6_k_rows, 16, false, t, n0, n1, m0, m1);
+    run(block_rows<true>, 16, false, t, n0, n1, m0, m1);
 }
 
 }  // namespace qtts::qmm
