@@ -142,15 +142,15 @@ QTTS_QMM_AMX inline __m512 add_term(__m512 S, __m512i D, int corr, __m512 sc) {
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(D, _mm512_set1_epi32(corr))), sc, S);
 }
 
-// Keeps the values as B tiles, minus `bias` (Q6_K: 32, so that the tiles' products are those of
-// the signed values and need no correction).
-struct TileSink {
+// Keeps the values as B tiles, minus `Bias` (Q6_K: 32, so that the tiles' products are those of
+// the signed values and need no correction; Q4_K: none, no subtraction).
+template <int Bias> struct TileSink {
     Unit & u;
-    int bias;
     QTTS_QMM_AMX void operator()(int j, int k, const __m512i * v) const {
         auto * dst = reinterpret_cast<__m512i *>(u.wb[j * k / 16]);
-        const __m512i b = _mm512_set1_epi8(static_cast<char>(bias));
-        for (int g = 0; g < k / 4; ++g) _mm512_store_si512(dst + g, _mm512_sub_epi8(v[g], b));
+        for (int g = 0; g < k / 4; ++g) {
+            _mm512_store_si512(dst + g, Bias ? _mm512_sub_epi8(v[g], _mm512_set1_epi8(Bias)) : v[g]);
+        }
     }
 };
 
@@ -298,7 +298,7 @@ QTTS_QMM_AMX void block_sums(const Task & t, const Packed & w, int64_t b, int64_
         return reinterpret_cast<const int16_t *>(t.xq + (m + c) * t.xcol + t.K + 4 * nb) + 16 * b;
     };
     if (mode.on) {
-        TileSink sink{u, Q6 ? 32 : 0};
+        TileSink<Q6 ? 32 : 0> sink{u};
         if constexpr (Q6)
             unit_q6_k(w, u, sink);
         else
