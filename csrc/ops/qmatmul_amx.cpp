@@ -96,12 +96,17 @@ QTTS_QMM_AMX inline __m512 byte_s(__m512i v, int i) {
     } while (0)
 
 // The packed weights stream in order, a block of 16 rows at a time: each block's bytes are asked
-// for one packed Q4_K block (2304 bytes) further on, spread over the block's work. The distance
-// matters: 4096 left the talker's one-column products (weights from memory) 10% slower than the
-// VNNI kernel's on unpacked rows, 2304 made them 10% faster (docs/kernels.md, "AMX tiles").
-constexpr size_t kAhead = 2304;
+// for twice, spread over the block's work: into L1 one packed Q4_K block (2304 bytes) further on,
+// into L2 16 KiB further on. The L1 distance matters at one column (4096 left the talker's
+// products 10% slower than the VNNI kernel's, 2304 10% faster); the L2 one hides memory behind
+// the tile products from 8 columns on and behind Q6_K's unpacking (docs/kernels.md, "AMX tiles").
+constexpr size_t kAheadL1 = 2304, kAheadL2 = 16384;
 QTTS_QMM_AMX inline void prefetch_ahead(const uint8_t * unit, size_t from, size_t to) {
-    for (size_t o = from; o < to; o += 64) _mm_prefetch(reinterpret_cast<const char *>(unit) + kAhead + o, _MM_HINT_T0);
+    const char * p = reinterpret_cast<const char *>(unit);
+    for (size_t o = from; o < to; o += 64) {
+        _mm_prefetch(p + kAheadL1 + o, _MM_HINT_T0);
+        _mm_prefetch(p + kAheadL2 + o, _MM_HINT_T1);
+    }
 }
 
 // y for 16 rows from n (`rows` valid) by columns m .. m + C - 1 from the float accumulators.
