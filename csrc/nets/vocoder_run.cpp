@@ -228,24 +228,14 @@ struct Builder {
         const int64_t n = x->ne[1], r = w.upsample_rates[b], C = w.decoder_dim >> (b + 1);
         ggml_tensor * xp = snake(x, blk.snake, lefts([&](VocoderState & s) { return s.blocks[b].up; }));
         ggml_tensor * y = ops.conv(xp, blk.up, xp->ne[1], nullptr, nullptr);
-        ggml_tensor *cur = y, *prev = y;
-        size_t cur_at = y->nb[1];
-        if (rows.size() > 1) {  // each lane's rows after its first, and before its last
-            std::vector<int32_t> ic, ip;
-            for (size_t i = 0, at = 0; i < rows.size(); at += rows[i] + 1, ++i) {
-                for (int64_t t = 0; t < rows[i]; ++t) {
-                    ic.push_back(static_cast<int32_t>(at + t + 1));
-                    ip.push_back(static_cast<int32_t>(at + t));
-                }
-            }
-            cur = ggml_get_rows(ctx, y, index_input(std::move(ic)));
-            prev = ggml_get_rows(ctx, y, index_input(std::move(ip)));
-            cur_at = 0;
-        }
+        // every pair of successive rows (each lane's n[i], and one across each boundary between
+        // lanes, dropped after the add): taps 0..r-1 of frame t plus taps r..2r-1 of frame t-1
         const size_t cb = C * sizeof(float);
-        cur = ggml_view_3d(ctx, cur, C, r, n, cb, cur->nb[1], cur_at);   // taps 0..r-1 of frame t
-        prev = ggml_view_3d(ctx, prev, C, r, n, cb, prev->nb[1], r * cb);  // taps r..2r-1 of frame t-1
-        x = ggml_add(ctx, ggml_reshape_2d(ctx, ggml_add(ctx, cur, prev), C, r * n), blk.up_b);
+        const int64_t pairs = y->ne[1] - 1;
+        ggml_tensor * cur = ggml_view_3d(ctx, y, C, r, pairs, cb, y->nb[1], y->nb[1]);
+        ggml_tensor * prev = ggml_view_3d(ctx, y, C, r, pairs, cb, y->nb[1], r * cb);
+        ggml_tensor * sum = gather(ggml_reshape_2d(ctx, ggml_add(ctx, cur, prev), C * r, pairs), 1, rows);
+        x = ggml_add(ctx, ggml_reshape_2d(ctx, sum, C, r * n), blk.up_b);
         for (int64_t & m : rows) m *= r;
         for (int j = 0; j < kResidualUnits; ++j) {
             const Vocoder::Residual & u = blk.res[j];
