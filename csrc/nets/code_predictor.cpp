@@ -70,20 +70,23 @@ ggml_tensor * predictor_logits(ggml_context * ctx, ggml_cgraph * gf, const CodeP
     return named(matmul(ctx, c.lm_head[step], x), "%s", kPredLogits);
 }
 
-// The custom op of build_predictor_frame: one thread runs select_token over the logits.
+// The custom op of build_predictor_frame: one thread runs select_token over each lane's logits.
 void sample_op(ggml_tensor * dst, int ith, int, void * userdata) {
     if (ith != 0) return;
     auto * s = static_cast<FrameSampler *>(userdata);
     const ggml_tensor * logits = dst->src[0];
-    const auto * v = static_cast<const float *>(logits->data);
-    int32_t code = 0;
-    try {
-        s->logits.assign(v, v + logits->ne[0]);
-        if (!s->error) code = select_token(s->logits, *s->params, *s->rng);
-    } catch (...) {
-        s->error = std::current_exception();
+    const int64_t V = logits->ne[0];
+    for (int64_t b = 0; b < dst->ne[0]; ++b) {
+        const auto * v = reinterpret_cast<const float *>(static_cast<const char *>(logits->data) + b * logits->nb[1]);
+        int32_t code = 0;
+        try {
+            s->logits.assign(v, v + V);
+            if (!s->error) code = select_token(s->logits, *s->params[b], *s->rng[b]);
+        } catch (...) {
+            s->error = std::current_exception();
+        }
+        static_cast<int32_t *>(dst->data)[b] = code;
     }
-    *static_cast<int32_t *>(dst->data) = code;
 }
 
 }  // namespace
@@ -144,7 +147,6 @@ ggml_tensor * sample_on_device(ggml_context * ctx, ggml_tensor * logits, const S
 ggml_tensor * build_predictor_frame(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
                                     const KvCache & cache, FrameSampler * sampler, FrameGraphIo & io,
                                     const SamplingParams * device, int64_t lanes, int64_t lane_stride) {
-    if (lanes > 1 && !device) fail("a frame graph of %lld lanes samples on the device", static_cast<long long>(lanes));
     io = FrameGraphIo{};
     const int steps = t.n_code_groups - 1;
     io.code0 = input(ggml_new_tensor_1d(ctx, GGML_TYPE_I32, lanes), kPredCode);
@@ -164,7 +166,7 @@ ggml_tensor * build_predictor_frame(ggml_context * ctx, ggml_cgraph * gf, const 
                 io.uniform ? ggml_view_1d(ctx, io.uniform, lanes, step * lanes * io.uniform->nb[0]) : nullptr;
             code = sample_on_device(ctx, logits, *device, u);
         } else {
-            code = ggml_custom_4d(ctx, GGML_TYPE_I32, 1, 1, 1, 1, &logits, 1, sample_op, 1, sampler);
+            code = ggml_custom_4d(ctx, GGML_TYPE_I32, lanes, 1, 1, 1, &logits, 1, sample_op, 1, sampler);
         }
         code = named(code, "pred.code.%d", step + 1);
         ggml_set_output(code);

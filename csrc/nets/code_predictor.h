@@ -48,12 +48,12 @@ ggml_tensor * build_predictor_step_batch(ggml_context * ctx, ggml_cgraph * gf, c
                                          const Talker & t, const KvCache & cache, int step, int64_t lanes,
                                          int64_t lane_stride);
 
-// What the sampling op inside build_predictor_frame reads: the subtalker's settings and the
-// generation's RNG, set before each compute. An exception select_token raised is kept here (the
+// What the sampling op inside build_predictor_frame reads: per lane, the subtalker's settings and
+// the generation's RNG, set before each compute. An exception select_token raised is kept here (the
 // op answers code 0 so that the graph finishes) and rethrown by the caller after the compute.
 struct FrameSampler {
-    const SamplingParams * params = nullptr;
-    std::mt19937_64 * rng = nullptr;
+    std::vector<const SamplingParams *> params;
+    std::vector<std::mt19937_64 *> rng;
     std::vector<float> logits;
     std::exception_ptr error;
 };
@@ -80,13 +80,13 @@ bool device_samples(const SamplingParams & p);
 ggml_tensor * sample_on_device(ggml_context * ctx, ggml_tensor * logits, const SamplingParams & p, ggml_tensor * u);
 
 // cb1..cb_{groups-1} of one frame as one graph: the steps of build_predictor_step in order, each
-// step's logits sampled by a single-threaded custom op calling select_token (the same host
-// function, the same RNG stream as the step-by-step loop), whose I32 output the next step's
+// step's logits sampled by a single-threaded custom op calling select_token per lane (the same
+// host function, the same RNG stream as the step-by-step loop), whose I32 output the next step's
 // embedding lookup reads; or, with `device` set (any backend), by sample_on_device with those
 // settings. The graph's shapes do not depend on the frame: it is built once and replayed
-// (docs/architecture.md, "Graph replay"). With `lanes` > 1 (sampling on the device only) it steps
-// that many frames in lockstep as build_predictor_step_batch does, lane b's cache positions from
-// b * lane_stride: every tensor of `io` gets one column (or value) per lane, the draws step-major.
+// (docs/architecture.md, "Graph replay"). With `lanes` > 1 it steps that many frames in lockstep
+// as build_predictor_step_batch does, lane b's cache positions from b * lane_stride: every tensor
+// of `io` gets one column (or value) per lane, the draws step-major.
 ggml_tensor * build_predictor_frame(ggml_context * ctx, ggml_cgraph * gf, const CodePredictor & c, const Talker & t,
                                     const KvCache & cache, FrameSampler * sampler, FrameGraphIo & io,
                                     const SamplingParams * device = nullptr, int64_t lanes = 1,

@@ -378,19 +378,30 @@ bool Batch::predict_frame(const std::vector<Slot *> & s) {
         const SamplingParams & q = x->g.p.subtalker;
         return q.do_sample == p.do_sample && q.temperature == p.temperature && q.top_k == p.top_k && q.top_p == p.top_p;
     };
-    if (!session_.device_sampling_ || !device_samples(p) || !std::all_of(s.begin(), s.end(), same)) return false;
+    // as Session::predict_frame: sampled on the device in the graph, or on the CPU by the host
+    // sampler (each slot's own settings and RNG); a device that cannot sample keeps the steps
+    const bool device = session_.device_sampling_ && device_samples(p) && std::all_of(s.begin(), s.end(), same);
+    if (!device && session_.backend_ != session_.cpu_) return false;
     const Model & m = session_.model();
     const int B = static_cast<int>(s.size()), groups = m.talker.n_code_groups, d = m.talker.n_embd();
     Frame & f = frame_;
-    if (f.stale(pred_cache_) || f.lanes != B || f.params.do_sample != p.do_sample ||
-        f.params.temperature != p.temperature || f.params.top_k != p.top_k) {
+    if (f.stale_for(pred_cache_, device, p) || f.lanes != B) {
         session_.build_replay(f, pred_cache_, "batched code predictor's", [&](ggml_context * ctx, ggml_cgraph * gf) {
-            build_predictor_frame(ctx, gf, m.code_predictor, m.talker, pred_cache_, nullptr, f.io, &p, B, groups);
+            build_predictor_frame(ctx, gf, m.code_predictor, m.talker, pred_cache_, &f.sampler, f.io,
+                                  device ? &p : nullptr, B, groups);
         });
         f.lanes = B;
+        f.on_device = device;
         f.params = p;
         f.uniform.assign(f.io.uniform ? static_cast<size_t>(groups - 1) * B : 0, 0.0f);
     }
+    f.sampler.params.clear();
+    f.sampler.rng.clear();
+    for (Slot * x : s) {
+        f.sampler.params.push_back(&x->g.p.subtalker);
+        f.sampler.rng.push_back(&x->g.rng);
+    }
+    f.sampler.error = nullptr;
     // each slot's select_token draws, in step order from its own stream (Session::predict_frame)
     if (f.io.uniform) {
         for (int b = 0; b < B; ++b) {
@@ -419,6 +430,7 @@ bool Batch::predict_frame(const std::vector<Slot *> & s) {
     }
     Session::ProfileClock clock(session_);
     session_.compute(f.sched, f.gf, clock);
+    if (f.sampler.error) std::rethrow_exception(f.sampler.error);
     std::vector<int32_t> codes(B);
     for (int step = 0; step + 1 < groups; ++step) {
         ggml_backend_tensor_get(f.io.codes[step], codes.data(), 0, codes.size() * sizeof(int32_t));

@@ -85,13 +85,10 @@ private:
     int64_t lane_len_ = 0;
     int step_nodes_ = 0;
     KvCache pred_cache_;  // one lane of n_code_groups positions per slot
-    // The batched frame graph of predict_frame, rebuilt when the number of lanes or the settings
-    // change (docs/serving.md, "Batching").
-    struct Frame : Session::Replay {
-        FrameGraphIo io;
+    // The batched frame graph of predict_frame, rebuilt when the number of lanes changes, or the
+    // settings for a device's sampling (docs/serving.md, "Batching").
+    struct Frame : Session::FrameGraph {
         int lanes = 0;
-        SamplingParams params;
-        std::vector<float> uniform;
     };
     Frame frame_;
     // The talker's batched step, replayed while its lanes, lane length and window stay the same

@@ -137,8 +137,8 @@ void Session::predict_frame(const std::vector<float> & hidden, std::vector<int32
     if (frame_.stale_for(pred_cache_, device, p)) build_frame_graph(device, p);
     clock.lap(":build");
     FrameGraph & f = frame_;
-    f.sampler.params = &p;
-    f.sampler.rng = &rng;
+    f.sampler.params = {&p};
+    f.sampler.rng = {&rng};
     f.sampler.error = nullptr;
     if (f.io.uniform) {
         // select_token's draw per step, in step order, so the RNG stream stays the host's
