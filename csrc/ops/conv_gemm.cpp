@@ -148,6 +148,15 @@ QTTS_AVX512 void tile_avx512(const Gemm & g, int64_t pstride, int64_t cstep) {
         const char * xb3 = xb0 + 9 * ldx * sizeof(float);
         const int64_t row = ldx * static_cast<int64_t>(sizeof(float));
         for (int64_t c = 0; c < cin; ++c, xb0 += 4, xb1 += 4, xb2 += 4, xb3 += 4) {
+            // the next tile's 12 rows, a cache line of each per 16 channels: at the high sample
+            // rates the activations outgrow L2 and the broadcasts waited on them (1x1 convs at
+            // a third of the FMA rate; docs/kernels.md, "Custom CPU ops")
+            if (c % 16 == 0) {
+                for (int i = 0; i < MT; ++i) {
+                    const char * base = i < 3 ? xb0 : i < 6 ? xb1 : i < 9 ? xb2 : xb3;
+                    _mm_prefetch(base + (i % 3 + 12) * row, _MM_HINT_T0);
+                }
+            }
             const __m512 v0 = _mm512_loadu_ps(w0 + c * cstep);
             const __m512 v1 = NP == 2 ? _mm512_loadu_ps(w1 + c * cstep) : v0;
 #define QTTS_ROW(i)                                                                                 \
