@@ -52,7 +52,6 @@ ggml_backend_sched_t Session::new_sched() {
     ggml_backend_sched_t s = ggml_backend_sched_new(backends.data(), nullptr, static_cast<int>(backends.size()),
                                                     kMaxNodes, /*parallel=*/false, /*op_offload=*/true);
     if (!s) engine_fail(log, "could not create the backend scheduler");
-    if (profiling_ && profile_ops_) ggml_backend_sched_set_eval_callback(s, &Session::profile_node, this);
     return s;
 }
 
@@ -146,9 +145,6 @@ void Session::set_profiling(bool on, bool ops) {
     profile_.clear();
     profiling_ = on;
     profile_ops_ = ops;
-    for (ggml_backend_sched_t s : scheds()) {
-        if (s) ggml_backend_sched_set_eval_callback(s, on && ops ? &Session::profile_node : nullptr, this);
-    }
 }
 
 void Session::profile_add(const char * what, double value) { profile_[std::string(phase_) + "/" + what] += value; }
@@ -198,6 +194,8 @@ static int computed_nodes(ggml_cgraph * gf) {
 
 void Session::compute(ggml_backend_sched_t sched, ggml_cgraph * gf, ProfileClock & clock) {
     GgmlErrorCapture log;
+    // the switch as it is now, also for a scheduler made before it changed (a batch's replays)
+    ggml_backend_sched_set_eval_callback(sched, profiling_ && profile_ops_ ? &Session::profile_node : nullptr, this);
     const ggml_status status = ggml_backend_sched_graph_compute(sched, gf);
     if (status != GGML_STATUS_SUCCESS) engine_fail(log, "graph compute failed: %s", ggml_status_to_string(status));
     clock.lap(":compute");

@@ -10,6 +10,8 @@ import pytest
 import qtts
 from qtts.bench.profile import format_profile, plumbing, summarize
 from qtts.convert.names import TN
+from qtts.runtime.config import GenerationConfig
+from qtts.runtime.prompt import build_prompt, resolve_voice
 from tests import corrupt
 from tests.profiling import profiled
 
@@ -35,6 +37,29 @@ def test_one_predictor_graph_per_frame(cv: qtts.Model) -> None:
     assert prof["predictor/SAMPLE"] > 0 and prof["predictor/MUL_MAT"] > 0
     assert all(k.partition("/")[0] in {"prefill", "talker", "predictor", "vocoder", "other"} for k in prof)
     assert all(v >= 0 for v in prof.values())
+
+
+def test_batch_graphs_follow_the_profiling_switch(cv: qtts.Model) -> None:
+    """A batch's replayed graphs (talker step, predictor frame), built before profiling is turned
+    on, are profiled op by op while it is on and leave the profile alone once it is off again."""
+    cond = resolve_voice(cv.context, language="english", speaker="ryan", instruct=None, voice=None)
+    config = GenerationConfig.resolve(cv.generation_defaults, dict(max_new_tokens=40), 5, frame_budget=None)
+    batch = cv.engine.batch(2)
+    with cv.engine.session() as s:
+        prompt = build_prompt(cv.context, s, TEXT, cond, non_streaming_mode=False)
+        for _ in range(2):
+            s.batch_add(batch, prompt.embeddings, prompt.trailing, config)
+        s.batch_step(batch, 3)  # the replayed graphs exist before profiling starts
+
+    def step() -> None:
+        with cv.engine.session() as s:
+            s.batch_step(batch, 2)
+
+    _, prof = profiled(cv, step)
+    assert prof["talker/MUL_MAT"] > 0 and prof["predictor/SAMPLE"] > 0 and prof["predictor/:graphs"] == 2
+    step()
+    with cv.engine.session() as s:
+        assert s.profile() == {}
 
 
 def test_profile_without_ops(cv: qtts.Model) -> None:
