@@ -13,7 +13,9 @@ With --streams B, the batched streaming vocoder instead (docs/serving.md, "Batch
 a fresh process: a 100-frame offline decode; B streams of --frames random frames pushed in
 Model.stream's chunks (1, 2, 4, then 8 frames), one stream after the other and all B together
 (SessionHandle.decode_streams_push), each in ms per frame and stream; then end to end through the
-Scheduler, B = 1 and B requests of --frames frames (EOS masked), in audio seconds per second.
+Scheduler, B = 1 and B requests of --frames frames (EOS masked), in audio seconds per second, and
+where a frame and stream went: each phase's graph computes (bench.profile.plumbing, graphs
+computed whole) and the rest of the wall time.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import TEXT, clip, logger, machine, prepare, settings, worker
+from .profile import PHASE_ORDER, plumbing
 
 WORDS = ("the quiet river carries light through morning fields while distant bells answer every patient "
          "traveller who waits beside old stone bridges and listens to stories of harvest rain and wind").split()
@@ -110,14 +113,27 @@ def streams_worker(gguf: str, threads: int, frames: int, streams: int, seed: int
     m.synthesize("Warm up.", **kw, **settings(4, seed))
     r["end_to_end"] = {}
     for b in sorted({1, streams}):
-        with Scheduler(m, max_batch=b, max_queue=b) as sched:
+        # the Scheduler closes (its last decodes done) before plumbing reads the profile
+        with plumbing(m) as phases, Scheduler(m, max_batch=b, max_queue=b) as sched:
             t0 = time.perf_counter()
             jobs = [sched.submit(TEXT, **kw, **settings(frames, seed + i)) for i in range(b)]
             audio = sum(job.result().duration for job in jobs)
             wall = time.perf_counter() - t0
+        n = frames * b
         r["end_to_end"][b] = {"audio_s_per_s": audio / wall, "vocoder_ms_per_frame": sum(
-            job.timings.vocoder_ms_per_frame for job in jobs) / b}
+            job.timings.vocoder_ms_per_frame for job in jobs) / b, "wall_ms_per_frame": wall * 1e3 / n,
+            "compute_ms_per_frame": {k: v.get("compute", 0.0) / n for k, v in phases.items()}}
     return r
+
+
+def _where(b: int, v: dict[str, Any]) -> str:
+    """Where a frame and stream of B went: each phase's graph computes, then the rest of the wall
+    time (graph builds and inputs, sampling on the host, the Scheduler, the client side)."""
+    got = v["compute_ms_per_frame"]
+    parts = [f"{k} {got[k]:.1f}" for k in (*PHASE_ORDER, *sorted(set(got) - set(PHASE_ORDER))) if k in got]
+    rest = v["wall_ms_per_frame"] - sum(got.values())
+    return f"  B = {b}, ms per frame and stream: {v['wall_ms_per_frame']:.1f} = " + " + ".join(
+        [*parts, f"outside the graphs {rest:.1f}"])
 
 
 def run_bulk(a: argparse.Namespace) -> dict[str, Any]:
@@ -167,6 +183,7 @@ def format_bulk(r: dict[str, Any]) -> str:
                 "end to end (Scheduler): " + ", ".join(
                     f"B = {b}: {v['audio_s_per_s']:.2f} audio s/s (vocoder {v['vocoder_ms_per_frame']:.1f} ms/frame)"
                     for b, v in sorted(e.items())) + f"; x{e[max(e)]['audio_s_per_s'] / e[1]['audio_s_per_s']:.2f}"]
+        rows += [_where(b, v) for b, v in sorted(e.items()) if "compute_ms_per_frame" in v]
         return "\n".join(rows)
     rows = [f"{r['release']} {r['type']} random weights, {r['items']} items x {r['frames']} frames, max batch "
             f"{r['max_batch']}, load {r['load_avg']:.2f} -> {r['load_avg_end']:.2f}",
