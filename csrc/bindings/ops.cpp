@@ -22,6 +22,7 @@
 #include "ops/attend.h"
 #include "ops/conv_gemm.h"
 #include "ops/elu_left.h"
+#include "ops/layout.h"
 #include "ops/qmatmul.h"
 #include "ops/simd.h"
 #include "ops/snake_beta.h"
@@ -192,10 +193,10 @@ private:
     std::vector<std::pair<ggml_tensor *, py::array>> inputs_;
 };
 
-py::array_t<float> run_conv_gemm(const Floats & xp, const Floats & w, int64_t n, const std::optional<Floats> & bias,
-                                 const std::optional<Floats> & residual, int64_t stride,
-                                 const std::optional<std::vector<int32_t>> & segments, int n_threads) {
-    check_threads(n_threads);
+// conv_gemm's one-op graph over these operands (checked first).
+ggml_tensor * conv_gemm_graph(OneOp & op, const Floats & xp, const Floats & w, int64_t n,
+                              const std::optional<Floats> & bias, const std::optional<Floats> & residual,
+                              int64_t stride, const std::optional<std::vector<int32_t>> & segments, bool bf16) {
     const std::vector<int64_t> ws = shape(w, "w", {-1, -1, -1, -1});
     const int64_t panels = ws[0], K = ws[1], cin = ws[2], P = ws[3], N = panels * P;
     const int64_t T = shape(xp, "xp", {-1, cin})[0];
@@ -227,11 +228,20 @@ py::array_t<float> run_conv_gemm(const Floats & xp, const Floats & w, int64_t n,
     if (bias) shape(*bias, "bias", {N});
     if (residual) shape(*residual, "residual", {n, N});
 
-    OneOp op;
+    if (bf16 && (P != kPanelWidth || cin % 32 != 0 || stride != 1)) {
+        throw Error(format("bf16 needs panels of %lld lanes over a multiple of 32 input channels, stride 1",
+                           static_cast<long long>(kPanelWidth)));
+    }
     // the avx512 path copies weights that start off a cache line to an aligned buffer: put them
     // 32 bytes off one (ggml's CPU buffers are line-aligned) so that the tests exercise the copy
     op.spacer(8);
     ggml_tensor * wt = op.input(w, ws);
+    if (bf16) {
+        py::array_t<uint16_t> packed(static_cast<py::ssize_t>(panels * K * cin * P));
+        conv_pack_bf16(w.data(), cin, K, panels, packed.mutable_data());
+        wt = op.input_raw(GGML_TYPE_BF16, kBf16Block, cin / 32 * K * panels, packed);
+        wt = ggml_reshape_4d(op.ctx(), wt, kBf16Block, cin / 32, K, panels);
+    }
     ggml_tensor * x = op.input(xp, {T, cin});
     ggml_tensor * b = bias ? op.input(*bias, {N}) : nullptr;
     ggml_tensor * r = residual ? op.input(*residual, {n, N}) : nullptr;
@@ -247,7 +257,24 @@ py::array_t<float> run_conv_gemm(const Floats & xp, const Floats & w, int64_t n,
         py::array_t<int32_t> rows(static_cast<py::ssize_t>(S), segments->data());
         seg = op.input_raw(GGML_TYPE_I32, S, 1, rows);
     }
-    return op.run(conv_gemm(ctx, x, wt, n, b, r, seg), n_threads);
+    return conv_gemm(ctx, x, wt, n, b, r, seg);
+}
+
+py::array_t<float> run_conv_gemm(const Floats & xp, const Floats & w, int64_t n, const std::optional<Floats> & bias,
+                                 const std::optional<Floats> & residual, int64_t stride,
+                                 const std::optional<std::vector<int32_t>> & segments, bool bf16, int n_threads) {
+    check_threads(n_threads);
+    OneOp op;
+    return op.run(conv_gemm_graph(op, xp, w, n, bias, residual, stride, segments, bf16), n_threads);
+}
+
+std::vector<double> time_conv_gemm(const Floats & xp, const Floats & w, int64_t n, bool bf16, int n_threads,
+                                   int repeats) {
+    check_threads(n_threads);
+    if (repeats < 1) throw Error(format("repeats must be at least 1, got %d", repeats));
+    OneOp op;
+    return op.time({conv_gemm_graph(op, xp, w, n, std::nullopt, std::nullopt, 1, std::nullopt, bf16)}, n_threads,
+                   repeats);
 }
 
 py::array_t<float> run_snake_beta(const Floats & x, const Floats & exp_alpha, const Floats & inv_beta,
@@ -429,13 +456,16 @@ void qtts::bind_ops(py::module_ & mod) {
             throw Error(format("unknown SIMD path '%s' (scalar, avx2, avx512, amx or neon)", name.c_str()));
         },
         py::arg("name"), "Test-only: make every custom op (in every model of this process) take this path.");
+    m.def("has_bf16_tiles", &conv_gemm_has_bf16_tiles,
+          "Whether this CPU computes BF16 convs in AMX tiles (conv_gemm(..., bf16=True) on the amx path).");
     m.def("conv_gemm", &run_conv_gemm, py::arg("xp"), py::arg("w"), py::arg("n"), py::arg("bias") = py::none(),
           py::arg("residual") = py::none(), py::kw_only(), py::arg("stride") = 1, py::arg("segments") = py::none(),
-          py::arg("n_threads") = 1,
+          py::arg("bf16") = false, py::arg("n_threads") = 1,
           "y [n, N] = conv of xp [T, Cin] (left context first) with panels w [N/P, K, Cin, P]; dilation "
           "(T - n) / (K - 1). stride > 1 reads windows of K rows every `stride` rows. segments (row counts "
           "summing to n): xp holds each segment's left context then its rows, one segment after the other, "
-          "dilation (T - n) / len(segments) / (K - 1); y the segments' rows.");
+          "dilation (T - n) / len(segments) / (K - 1); y the segments' rows. bf16: the weights' BF16 copy "
+          "(conv_pack_bf16), xp rounded to BF16 too.");
     m.def(
         "matmul",
         [](const Bytes & w, const std::string & type, const Floats & x, int n_threads) {
@@ -454,6 +484,10 @@ void qtts::bind_ops(py::module_ & mod) {
         "Q8_0 weights packed first, as a model's are on a CPU with AVX-512 VNNI (ValueError where they cannot be).");
     m.def("q8_0_packs", &qmatmul_packs_q8_0,
           "Whether this CPU packs Q8_0 weights for the quantized matmul (x86 with AVX-512 VNNI).");
+    m.def("time_conv_gemm", &time_conv_gemm, py::arg("xp"), py::arg("w"), py::arg("n"), py::kw_only(),
+          py::arg("bf16") = false, py::arg("n_threads") = 1, py::arg("repeats") = 10,
+          "Seconds per computation of conv_gemm(xp, w, n, bf16=...), `repeats` times after a warm-up run "
+          "(benchmarks).");
     m.def("time_matmul", &time_matmul, py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(),
           py::arg("n_threads") = 1, py::arg("repeats") = 10, py::arg("copies") = 1, py::arg("huge_pages") = true,
           py::arg("packed") = true,

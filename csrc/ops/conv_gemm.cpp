@@ -17,6 +17,7 @@ namespace qtts {
 namespace {
 
 using Gemm = ConvGemmTile;
+using Span = ConvSpan;
 
 // Output lanes [o, o + w) of one panel for rows [0, mt): plain loops for panels that are not a
 // whole number of 8-lane vectors (tiny models) and for CPUs without AVX2.
@@ -229,22 +230,15 @@ void tile(const Gemm & g, int64_t mt, [[maybe_unused]] SimdPath path) {
 
 constexpr int64_t kRowsPerItem = 48;  // time rows per work item: a multiple of the 6-row tile
 
-// Output rows [y0, y0 + n) whose windows start at xp row x0: a work item's rows, never more than
-// kRowsPerItem and never across two segments.
-struct Span {
-    int64_t y0, x0, n;
-};
+}  // namespace
 
-// The op's rows as spans. Unsegmented, output row t reads xp rows from t on; segmented (src[4],
-// the segments' row counts), segment i's rows read from past the left contexts of segments 0..i.
-// Row counts are clamped to the output so that no span leaves the tensors.
-const std::vector<Span> & spans(const ggml_tensor * dst) {
-    static thread_local std::vector<Span> out;
+const std::vector<ConvSpan> & conv_spans(const ggml_tensor * dst, int64_t rows_per_item) {
+    static thread_local std::vector<ConvSpan> out;
     out.clear();
     const ggml_tensor *xp = dst->src[0], *seg = dst->src[4];
     const int64_t n = dst->ne[1];
     auto add = [&](int64_t y0, int64_t x0, int64_t m) {
-        for (int64_t t = 0; t < m; t += kRowsPerItem) out.push_back({y0 + t, x0 + t, std::min(kRowsPerItem, m - t)});
+        for (int64_t t = 0; t < m; t += rows_per_item) out.push_back({y0 + t, x0 + t, std::min(rows_per_item, m - t)});
     };
     if (!seg) {
         add(0, 0, n);
@@ -260,12 +254,13 @@ const std::vector<Span> & spans(const ggml_tensor * dst) {
     return out;
 }
 
-// The dilation: xp holds (K-1)*d context rows per segment (one segment unless src[4] is set).
-int64_t dilation(const ggml_tensor * dst) {
+int64_t conv_dilation(const ggml_tensor * dst) {
     const ggml_tensor *xp = dst->src[0], *w = dst->src[1], *seg = dst->src[4];
     const int64_t K = w->ne[2], nl = seg ? seg->ne[0] : 1;
     return K > 1 ? (xp->ne[1] - dst->ne[1]) / nl / (K - 1) : 0;
 }
+
+namespace {
 
 #ifdef QTTS_X86
 constexpr int64_t kLineFloats = 16;  // floats per 64-byte cache line
@@ -282,9 +277,9 @@ float * aligned(float * p) {
 void conv_gemm_avx512(ggml_tensor * dst, int ith, int nth) {
     const ggml_tensor *xp = dst->src[0], *w = dst->src[1], *b = dst->src[2], *res = dst->src[3];
     const int64_t P = kPanelWidth, cin = w->ne[1], K = w->ne[2], panels = w->ne[3];
-    const int64_t d = dilation(dst), ldx = xp->nb[1] / sizeof(float);
+    const int64_t d = conv_dilation(dst), ldx = xp->nb[1] / sizeof(float);
     const int64_t pairs = (panels + 1) / 2, pstride = K * cin * P;
-    const std::vector<Span> & sp = spans(dst);
+    const std::vector<Span> & sp = conv_spans(dst, kRowsPerItem);
     const int64_t chunks = static_cast<int64_t>(sp.size()), items = pairs * chunks;
     static thread_local std::vector<float> buf;
     int64_t packed = -1;  // the pair now in buf
@@ -336,14 +331,15 @@ void conv_gemm_avx512(ggml_tensor * dst, int ith, int nth) {
 #endif
 
 void conv_gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
+    if (dst->src[1]->type == GGML_TYPE_BF16) return conv_gemm_bf16_op(dst, ith, nth);
     const ggml_tensor *xp = dst->src[0], *w = dst->src[1], *b = dst->src[2], *res = dst->src[3];
     const int64_t P = w->ne[0], cin = w->ne[1], K = w->ne[2], panels = w->ne[3];
-    const int64_t d = dilation(dst), ldx = xp->nb[1] / sizeof(float);
+    const int64_t d = conv_dilation(dst), ldx = xp->nb[1] / sizeof(float);
     const SimdPath path = simd_path();
 #ifdef QTTS_X86
     if (P == kPanelWidth && x86_has(path, SimdPath::avx512)) return conv_gemm_avx512(dst, ith, nth);
 #endif
-    const std::vector<Span> & sp = spans(dst);
+    const std::vector<Span> & sp = conv_spans(dst, kRowsPerItem);
     const int64_t chunks = static_cast<int64_t>(sp.size()), items = panels * chunks;
     // contiguous item ranges keep a thread on one panel, whose weights then stay in its L2
     for (int64_t it = items * ith / nth; it < items * (ith + 1) / nth; ++it) {
@@ -372,15 +368,17 @@ void conv_gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
 
 ggml_tensor * conv_gemm(ggml_context * ctx, ggml_tensor * xp, ggml_tensor * w, int64_t n, ggml_tensor * b,
                         ggml_tensor * res, ggml_tensor * segments) {
-    const int64_t N = w->ne[0] * w->ne[3], K = w->ne[2], pad = xp->ne[1] - n;
+    const bool bf16 = w->type == GGML_TYPE_BF16;  // conv_pack_bf16's layout
+    const int64_t N = (bf16 ? kPanelWidth : w->ne[0]) * w->ne[3], K = w->ne[2], pad = xp->ne[1] - n;
+    const int64_t cin = bf16 ? w->ne[1] * (kBf16Block / kPanelWidth) : w->ne[1];
     if (segments && (segments->type != GGML_TYPE_I32 || ggml_n_dims(segments) != 1 || !ggml_is_contiguous(segments) ||
                      n < segments->ne[0])) {
         fail("conv_gemm: segments must be a 1-D I32 tensor of at most n row counts");
     }
     const int64_t nl = segments ? segments->ne[0] : 1, per = pad / nl;  // context rows per segment
-    if (!rows_contiguous(xp) || !ggml_is_contiguous(w) || w->type != GGML_TYPE_F32 || xp->ne[0] != w->ne[1] || n < 1 ||
-        pad < 0 || pad % nl != 0 || (K == 1 ? per != 0 : per % (K - 1) != 0) ||
-        (b && (b->ne[0] != N || !ggml_is_contiguous(b))) ||
+    if (!rows_contiguous(xp) || !ggml_is_contiguous(w) || (w->type != GGML_TYPE_F32 && !bf16) ||
+        (bf16 && w->ne[0] != kBf16Block) || xp->ne[0] != cin || n < 1 || pad < 0 || pad % nl != 0 ||
+        (K == 1 ? per != 0 : per % (K - 1) != 0) || (b && (b->ne[0] != N || !ggml_is_contiguous(b))) ||
         (res && (res->ne[0] != N || res->ne[1] != n || !rows_contiguous(res)))) {
         fail("conv_gemm: inconsistent operands");
     }

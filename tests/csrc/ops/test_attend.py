@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from qtts._native import core
-from tests.fixtures.simd import PATHS, path  # noqa: F401  (path is a fixture)
+from tests.fixtures.simd import PATHS
 
 ops = core.ops
 
@@ -64,7 +64,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_attend_matches_numpy_and_writes_the_cache(name: str, path: str) -> None:  # noqa: F811
+def test_attend_matches_numpy_and_writes_the_cache(name: str, path: str) -> None:
     c = case(np.random.default_rng(len(name)), **CASES[name])
     out, kc, vc = ops.attend(**c, n_threads=2)
     want, want_k, want_v = reference(c)

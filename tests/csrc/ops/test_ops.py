@@ -18,7 +18,7 @@ import pytest
 
 from qtts._native import core
 from qtts.convert.checkpoint import _conv_panels, _convt_panels
-from tests.fixtures.simd import PATHS, U32, path  # noqa: F401  (path is a fixture)
+from tests.fixtures.simd import PATHS, U32
 
 ops = core.ops
 THREADS = (1, 2)

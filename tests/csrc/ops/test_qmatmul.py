@@ -28,7 +28,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
 from qtts._native import core
-from tests.fixtures.simd import PATHS, U32, path  # noqa: F401  (path is a fixture)
+from tests.fixtures.simd import PATHS, U32
 
 ops = core.ops
 TYPES = {"q8_0": (QT.Q8_0, 32, 45 * 32), "q4_k": (QT.Q4_K, 256, 3 * 256), "q6_k": (QT.Q6_K, 256, 3 * 256)}
