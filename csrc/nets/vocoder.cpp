@@ -106,7 +106,7 @@ void load_vocoder(GgufFile & f, Vocoder & c) {
 }
 
 void vocoder_convs(const Vocoder & c, std::vector<PanelConv> & out) {
-    for (const ggml_tensor * t : {c.pre_conv, c.voc_in, c.out_conv}) out.push_back({t, 1});
+    for (const ggml_tensor * t : {c.pre_conv, c.out_conv}) out.push_back({t, 1});
     // the transformer's linear layers are single-tap panels too (StackOptions::portable)
     for (const TransformerLayer & l : c.tfm.layers) {
         for (const ggml_tensor * t : layer_matrices(l)) out.push_back({t, 1});
@@ -114,6 +114,11 @@ void vocoder_convs(const Vocoder & c, std::vector<PanelConv> & out) {
     for (const Vocoder::Upsample & u : c.upsample) {
         for (const ggml_tensor * t : {u.conv, u.pw1, u.pw2}) out.push_back({t, 1});
     }
+    vocoder_stack_convs(c, out);
+}
+
+void vocoder_stack_convs(const Vocoder & c, std::vector<PanelConv> & out) {
+    out.push_back({c.voc_in, 1});
     for (const Vocoder::VocBlock & b : c.voc) {
         out.push_back({b.up, 1});
         for (const Vocoder::Residual & r : b.res) {

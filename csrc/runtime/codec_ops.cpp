@@ -2,6 +2,7 @@
 
 #include "ops/conv_gemm.h"
 #include "ops/elu_left.h"
+#include "ops/layout.h"
 #include "ops/snake_beta.h"
 #include "ops/stock.h"
 #include "ops/time_stats.h"
@@ -55,16 +56,46 @@ void ConvWeights::build(const std::vector<PanelConv> & convs, ggml_backend_dev_t
     }
 }
 
+void ConvWeights::build_bf16(const std::vector<PanelConv> & convs) {
+    GgmlErrorCapture log;
+    ggml_init_params ip = {ggml_tensor_overhead() * (convs.size() + 1), nullptr, /*no_alloc=*/true};
+    ctx_ = ggml_init(ip);
+    if (!ctx_) engine_fail(log, "could not create a ggml context for the BF16 conv weights");
+    for (const PanelConv & c : convs) {
+        const ggml_tensor * p = c.panel;
+        if (c.stride != 1 || !conv_packs_bf16(p)) continue;
+        copies_[p] = ggml_new_tensor_4d(ctx_, GGML_TYPE_BF16, kBf16Block, p->ne[1] / (kBf16Block / kPanelWidth),
+                                        p->ne[2], p->ne[3]);
+        ggml_set_name(copies_[p], p->name);
+    }
+    if (copies_.empty()) return;
+    buf_ = ggml_backend_alloc_ctx_tensors_from_buft(ctx_, ggml_backend_cpu_buffer_type());
+    if (!buf_) engine_fail(log, "out of memory for the BF16 conv weights");
+    ggml_backend_buffer_set_usage(buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    std::vector<float> src;
+    for (const auto & [p, t] : copies_) {
+        src.resize(static_cast<size_t>(ggml_nelements(p)));
+        ggml_backend_tensor_get(p, src.data(), 0, ggml_nbytes(p));
+        conv_pack_bf16(src.data(), p->ne[1], p->ne[2], p->ne[3], static_cast<uint16_t *>(t->data));
+    }
+}
+
 ggml_tensor * ConvWeights::get(const ggml_tensor * panel) const {
+    ggml_tensor * t = find(panel);
+    if (!t) fail("no copy of the conv weight '%s'", panel->name);
+    return t;
+}
+
+ggml_tensor * ConvWeights::find(const ggml_tensor * panel) const {
     auto it = copies_.find(panel);
-    if (it == copies_.end()) fail("no portable copy of the conv weight '%s'", panel->name);
-    return it->second;
+    return it == copies_.end() ? nullptr : it->second;
 }
 
 ggml_tensor * CodecOps::conv(ggml_tensor * xp, ggml_tensor * panel, int64_t n, ggml_tensor * b, ggml_tensor * res,
                              int64_t k, int64_t s) const {
     if (portable) return stock_conv(ctx, xp, portable->get(panel), n, b, res);
-    if (s == 1) return conv_gemm(ctx, xp, panel, n, b, res);
+    ggml_tensor * fast = bf16 ? bf16->find(panel) : nullptr;
+    if (s == 1) return conv_gemm(ctx, xp, fast ? fast : panel, n, b, res);
     // one tap over k*Cin channels of overlapping windows (docs/kernels.md, "Custom CPU ops")
     const int64_t cin = xp->ne[0];
     ggml_tensor * w1 = ggml_reshape_4d(ctx, panel, panel->ne[0], cin * k, 1, panel->ne[3]);
@@ -74,7 +105,8 @@ ggml_tensor * CodecOps::conv(ggml_tensor * xp, ggml_tensor * panel, int64_t n, g
 ggml_tensor * CodecOps::conv_segments(ggml_tensor * xp, ggml_tensor * panel, ggml_tensor * segments, int64_t n,
                                       ggml_tensor * b) const {
     if (portable) fail("conv_segments: the portable path has no segmented conv");
-    return conv_gemm(ctx, xp, panel, n, b, nullptr, segments);
+    ggml_tensor * fast = bf16 ? bf16->find(panel) : nullptr;
+    return conv_gemm(ctx, xp, fast ? fast : panel, n, b, nullptr, segments);
 }
 
 ggml_tensor * CodecOps::snake(ggml_tensor * x, ggml_tensor * exp_alpha, ggml_tensor * inv_beta,

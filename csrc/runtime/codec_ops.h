@@ -38,8 +38,13 @@ public:
 
     // Repack every conv in one buffer on `dev`; an EngineError when the device refuses it.
     void build(const std::vector<PanelConv> & convs, ggml_backend_dev_t dev);
-    // The portable copy of a panel weight (an Error for a panel that has none).
+    // Or the fast precision's BF16 copies (ops/conv_gemm.h, conv_pack_bf16) in host memory, of
+    // those convs that have one (stride 1, conv_packs_bf16).
+    void build_bf16(const std::vector<PanelConv> & convs);
+    // The copy of a panel weight (an Error for a panel that has none).
     ggml_tensor * get(const ggml_tensor * panel) const;
+    // The copy, or null for a panel that has none.
+    ggml_tensor * find(const ggml_tensor * panel) const;
     size_t bytes() const { return buf_ ? ggml_backend_buffer_get_size(buf_) : 0; }
 
 private:
@@ -56,9 +61,10 @@ void require_host_weights(const ggml_tensor * weight, bool native, const char * 
 struct CodecOps {
     ggml_context * ctx;
     const ConvWeights * portable;  // null: the native path
+    const ConvWeights * bf16;      // the native path's BF16 copies at the fast precision, or null
 
-    // conv_gemm (ops/conv_gemm.h) over a panel weight; a stride s > 1 reads kernel-k windows
-    // every s rows of xp.
+    // conv_gemm (ops/conv_gemm.h) over a panel weight (its BF16 copy where bf16 has one); a
+    // stride s > 1 reads kernel-k windows every s rows of xp.
     ggml_tensor * conv(ggml_tensor * xp, ggml_tensor * panel, int64_t n, ggml_tensor * b, ggml_tensor * res,
                        int64_t k = 1, int64_t s = 1) const;
     // The native path's segmented conv_gemm (ops/conv_gemm.h): several streams' causal convs in
@@ -84,8 +90,9 @@ struct CodecRunner {
     // the graph's topology and tensor addresses depend on.
     std::function<ggml_cgraph *(const std::string & key, const GraphBuild &, const GraphInputs &)> replay;
     const ConvWeights * portable = nullptr;  // null: the native path
+    const ConvWeights * bf16 = nullptr;      // CodecOps::bf16
     ggml_backend_t state_backend = nullptr;  // the CPU on the native path, the model's device otherwise
-    CodecOps ops(ggml_context * ctx) const { return {ctx, portable}; }
+    CodecOps ops(ggml_context * ctx) const { return {ctx, portable, bf16}; }
 };
 
 }  // namespace qtts

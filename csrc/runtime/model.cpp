@@ -4,6 +4,7 @@
 #include <cctype>
 #include <set>
 
+#include "ops/conv_gemm.h"
 #include "ops/qmatmul.h"
 #include "runtime/error.h"
 #include "runtime/gguf_file.h"
@@ -73,6 +74,18 @@ std::set<std::string> streamed_weights(const Talker & t, const CodePredictor & c
     return out;
 }
 
+// Whether the talker's matrices are all F32: a file kept at full precision, whose user chose
+// exactness over speed (PrecisionChoice::automatic).
+bool all_f32(const Talker & t) {
+    if (t.codec_head->type != GGML_TYPE_F32) return false;
+    for (const TransformerLayer & l : t.tfm.layers) {
+        for (const ggml_tensor * w : layer_matrices(l)) {
+            if (w && w->type != GGML_TYPE_F32) return false;
+        }
+    }
+    return true;
+}
+
 }  // namespace
 
 Model::Model(const std::string & path_, const std::string & device_name, OpsChoice choice, bool huge_pages,
@@ -116,6 +129,9 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
         precision = precision_choice == PrecisionChoice::exact ? Precision::exact : Precision::fast;
         claim_device_precision(precision);
     }
+    const bool bf16_stack = on_cpu && ops == OpsPath::native && conv_gemm_has_bf16_tiles() &&
+                            (precision_choice == PrecisionChoice::fast ||
+                             (precision_choice == PrecisionChoice::automatic && !all_f32(talker)));
     std::vector<PanelConv> convs;
     vocoder_convs(vocoder, convs);
     codec_encoder_convs(codec_encoder, convs);
@@ -157,9 +173,16 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
         }
     }
     if (ops == OpsPath::portable) conv_weights.build(convs, device);
+    if (bf16_stack) {
+        std::vector<PanelConv> stack;
+        vocoder_stack_convs(vocoder, stack);
+        bf16_convs.build_bf16(stack);
+        // fast only where some conv has a BF16 copy (widths that are multiples of 32)
+        if (bf16_convs.bytes() > 0) precision = Precision::fast;
+    }
     for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);
     weight_bytes -= f.read_not_mapped();  // the file mapping spans them too, unread
-    weight_bytes += conv_weights.bytes();
+    weight_bytes += conv_weights.bytes() + bf16_convs.bytes();
     const std::string dev = ggml_backend_dev_name(device);
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     const bool on_host = ops == OpsPath::native && cpu && ggml_backend_buffer_is_host(vocoder.pre_conv->buffer);

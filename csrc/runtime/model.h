@@ -28,8 +28,11 @@ class GgufFile;
 // on a CPU device, portable on any other.
 enum class OpsChoice { automatic, native, portable };
 
-// The load option that picks the matrix products' arithmetic on a GPU (ops/stock.h, Precision);
-// automatic = fast. On the CPU every choice computes in F32 and reads back as exact.
+// The load option that picks the arithmetic (docs/kernels.md, "Precision"). On a GPU the matrix
+// products' (ops/stock.h, Precision); automatic = fast. On the CPU's native path fast computes
+// the vocoder's conv stack in BF16 where the CPU has AMX tiles (ops/conv_gemm.h), automatic
+// being fast unless the talker's matrices are F32 (a file kept at full precision); everything
+// else, and every choice elsewhere, computes in F32 and reads back as exact.
 enum class PrecisionChoice { automatic, exact, fast };
 
 // The file-level metadata (ids, generation defaults, languages, speakers) is the ModelMetadata
@@ -61,13 +64,15 @@ public:
     OpsPath ops = OpsPath::native;
     Precision precision = Precision::exact;
     ConvWeights conv_weights;
+    // The fast precision's BF16 copies of the vocoder's conv stack on the CPU (empty otherwise).
+    ConvWeights bf16_convs;
     // The native path on the CPU device: the talker's and code predictor's KV caches are
     // attended by the fused op (ops/attend.h), elsewhere by stock ggml ops.
     bool fused_attention = false;
     // component -> "<device name>/<path>", so a silently misplaced network shows up; the talker
     // and code predictor are "native" where their attention is fused.
     std::map<std::string, std::string> component_devices;
-    size_t weight_bytes = 0;     // all weight buffers, conv_weights included
+    size_t weight_bytes = 0;     // all weight buffers, conv_weights and bf16_convs included
     size_t huge_page_bytes = 0;  // of which read into huge pages
     size_t packed_bytes = 0;     // of which packed for the quantized matmul (ops/qmatmul.h)
 

@@ -222,6 +222,7 @@ CodecRunner Session::codec_runner(const char * phase) {
         };
     }
     r.portable = model_->ops == OpsPath::portable ? &model_->conv_weights : nullptr;
+    r.bf16 = &model_->bf16_convs;
     r.state_backend = codec_backend();
     return r;
 }

@@ -219,7 +219,7 @@ struct LayerBuilder {
     // of its net's native or portable ops
     ggml_tensor * mat(ggml_tensor * x, ggml_tensor * w) const {
         if (t.style == LayerStyle::QWEN3) return matmul(ctx, w, x);
-        return CodecOps{ctx, o.portable}.conv(x, w, x->ne[1], nullptr, nullptr);
+        return CodecOps{ctx, o.portable, nullptr}.conv(x, w, x->ne[1], nullptr, nullptr);
     }
 
     ggml_tensor * norm(ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) const {

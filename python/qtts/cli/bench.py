@@ -10,9 +10,9 @@ from typing import Any
 
 from ..bench.common import TYPES
 from ..bench.serve import BATCHES, parse_batches
-from ..runtime.model import PRECISIONS
 from .args import checked
 from .args import vocoder_threads as vocoder_threads_arg
+from .common import add_precision_argument
 
 # command -> (module of qtts.bench, its run and format functions)
 COMMANDS = {"speed": ("speed", "run_speed", "format_speed"), "memory": ("memory", "run_memory", "format_memory"),
@@ -61,8 +61,7 @@ def add_parser(sub: Any) -> None:
         if name == "speed":
             p.add_argument("--frames", type=int, default=100, help="frames generated (EOS masked; 12.5 per second)")
             p.add_argument("--device", default="cpu", help=DEVICE_HELP)
-            p.add_argument("--precision", default="auto", choices=PRECISIONS,
-                           help="a GPU's matrix products: exact (F32) or fast (default: auto, fast; docs/gpu.md)")
+            add_precision_argument(p)
             p.add_argument("--compare-reference", action="store_true",
                            help="run the official qwen-tts (fp32) on the same weights in this run")
             p.add_argument("--matmul", choices=["native", "ggml"], default="native",
@@ -117,8 +116,7 @@ def add_parser(sub: Any) -> None:
                    help="frames per request (max_new_tokens; 12.5 per second; default 24)")
     p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (default 2)")
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
-    p.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="a GPU's matrix products: exact (F32) or fast (default: auto, fast; docs/gpu.md)")
+    add_precision_argument(p)
     p.add_argument("--pipelined-vocoder", action=argparse.BooleanOptionalAction, default=None,
                    help="the server's vocoder pipelined with the generation or between steps (default: as "
                         "qtts-cli serve, on off the CPU)")

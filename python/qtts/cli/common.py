@@ -12,12 +12,17 @@ from .args import CliError
 from .progress import tensor_log
 
 
+def add_precision_argument(p: argparse._ActionsContainer) -> None:
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="the arithmetic: exact (F32) or fast (a GPU's TF32/BF16 products where ggml picks them; "
+                        "on a CPU with AMX the vocoder's convs in BF16); default: auto, fast except for an F32 "
+                        "file on the CPU (docs/gpu.md)")
+
+
 def add_device_arguments(p: argparse._ActionsContainer) -> None:
     """--device, --precision and --no-huge-pages, as speak, serve and batch take them."""
     p.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
-    p.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="a GPU's matrix products: exact (F32) or fast (TF32/BF16 where ggml picks them); "
-                        "default: auto, fast (docs/gpu.md)")
+    add_precision_argument(p)
     p.add_argument("--no-huge-pages", action="store_true",
                    help="keep the streamed weights mapped from the file (shared with other processes) instead of "
                         "reading them into huge pages")

@@ -74,10 +74,10 @@ class Model(QwenTTSCompat):
         (Linux; 10-25% faster generation) instead of mapping them from the file; False keeps them
         mapped, shared through the page cache with other processes that load the same file
         (docs/architecture.md "Weights in huge pages").
-        precision: the matrix products' arithmetic on a GPU: "exact" (F32 throughout, what the
-        parity tests hold to) or "fast" (the device's TF32/BF16 kernels where ggml picks them;
-        "auto"). Process-wide on a GPU; the CPU always computes in F32 (docs/kernels.md,
-        "Precision")."""
+        precision: "exact" (F32 throughout, what the parity tests hold to) or "fast": on a GPU
+        the device's TF32/BF16 kernels where ggml picks them, on a CPU with AMX tiles the vocoder's
+        convs in BF16 (about 3x faster; docs/kernels.md, "BF16 convs"). "auto" is fast, except
+        for an F32 file on the CPU. Process-wide on a GPU (docs/gpu.md, "Precision")."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         if not isinstance(device, str):
@@ -149,8 +149,8 @@ class Model(QwenTTSCompat):
 
     @property
     def precision(self) -> str:
-        """The matrix products' arithmetic after "auto" was resolved: "exact" (F32; always on the
-        CPU) or "fast"."""
+        """The arithmetic after "auto" was resolved: "exact" (F32) or "fast" (on the CPU only
+        where it has AMX tiles)."""
         return self.engine.precision
 
     @property
@@ -510,7 +510,7 @@ def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device:
     converted once to `convert_type` in the qtts cache ($QTTS_CACHE, default ~/.cache/qtts) and
     reused afterwards. n_threads defaults to the physical cores available; ops picks the audio
     networks' path, vocoder_threads the pipeline's split, huge_pages where the streamed weights
-    live and precision a GPU's arithmetic (Model)."""
+    live and precision the arithmetic (Model)."""
     from ..convert.registry import cache_dir, fetch, is_repo_id
 
     if is_repo_id(model):

@@ -1,8 +1,9 @@
 """The batched streaming vocoder (docs/serving.md, "Batched vocoder"): streams decoded together in
 one graph give each stream the samples it gets alone, bit for bit, whatever the other streams'
-lengths, positions, chunk sizes and arrival times (F32 tiny fixtures, both ops paths). The
-expected values come from the single-stream decoder, which test_codec_decoder pins to the
-reference."""
+lengths, positions, chunk sizes and arrival times (F32 tiny fixtures, both ops paths, and the
+native path at the fast precision: its BF16 convs keep each row's arithmetic independent of the
+rows beside it too). The expected values come from the single-stream decoder, which
+test_codec_decoder pins to the reference."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,9 +17,10 @@ HOP = 1920
 N_Q = 16
 
 
-@pytest.fixture(scope="module", params=["native", "portable"])
+@pytest.fixture(scope="module", params=["native", "portable", "fast"])
 def session(gguf_dir: Path, request: pytest.FixtureRequest):
-    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2, request.param).session() as s:
+    ops, precision = ("native", "fast") if request.param == "fast" else (request.param, "exact")
+    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2, ops, precision=precision).session() as s:
         yield s
 
 

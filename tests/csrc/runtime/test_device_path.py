@@ -27,10 +27,17 @@ def test_exact_product_pads_and_slices(h: int, m: int, k: int, n: int) -> None:
 
 
 def test_precision_option(gguf_dir: Path) -> None:
+    """On the CPU, fast is the vocoder's conv stack in BF16 where the CPU has AMX tiles (the tiny
+    models' voc_in and first transposed conv are 32 channels wide); auto is fast unless the file
+    is F32; the portable path and CPUs without tiles compute in F32 whatever the choice."""
     path = gguf_dir / "tiny_custom_voice-f32.gguf"
-    for choice in ("auto", "exact", "fast"):
-        # the CPU has no faster arithmetic: every choice computes in F32
-        assert qtts.Model(path, device="cpu", voice_cache=False, precision=choice).precision == "exact"
+    fast = "fast" if core.ops.has_bf16_tiles() else "exact"
+    for file_type, choice, want in [("f32", "auto", "exact"), ("f32", "exact", "exact"), ("f32", "fast", fast),
+                                    ("q8_0", "auto", fast), ("bf16", "auto", fast), ("q8_0", "exact", "exact")]:
+        m = qtts.Model(gguf_dir / f"tiny_custom_voice-{file_type}.gguf", device="cpu", voice_cache=False,
+                       precision=choice)
+        assert m.precision == want, (file_type, choice)
+    assert qtts.Model(path, device="cpu", voice_cache=False, ops="portable", precision="fast").precision == "exact"
     with pytest.raises(ValueError, match="precision must be one of auto, exact, fast, got 'tf32'"):
         qtts.load(path, precision="tf32")
     with pytest.raises(TypeError, match="precision must be a str"):
