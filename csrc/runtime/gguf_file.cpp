@@ -66,6 +66,23 @@ public:
 #endif
     }
     uint8_t * data() const { return static_cast<uint8_t *>(addr_); }
+    bool spans(const void * p, size_t n) const {
+        const auto * b = static_cast<const uint8_t *>(p);
+        return addr_ && b >= data() && b + n <= data() + size_;
+    }
+    // The whole pages inside [p, p + n) leave this process's memory; a later read faults them
+    // back in from the file (they are clean, read-only file pages). Not on Windows.
+    void drop(const void * p, size_t n) const {
+#if !defined(_WIN32)
+        const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+        const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+        const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+        if (e > a) ::madvise(reinterpret_cast<void *>(a), e - a, MADV_DONTNEED);
+#else
+        (void)p;
+        (void)n;
+#endif
+    }
 
 private:
     void * addr_ = nullptr;
@@ -527,6 +544,10 @@ std::vector<ggml_backend_buffer_t> GgufFile::place(ggml_backend_dev_t dev,
 }
 
 size_t GgufFile::huge_page_bytes() const { return huge_ ? huge_->size() : 0; }
+
+void GgufFile::drop_pages(const ggml_tensor * t) const {
+    if (map_ && t->data && map_->spans(t->data, ggml_nbytes(t))) map_->drop(t->data, ggml_nbytes(t));
+}
 
 bool GgufFile::in_huge_pages(const ggml_tensor * t) const {
     const auto * p = static_cast<const uint8_t *>(t->data);

@@ -87,6 +87,10 @@ public:
     // Whether place() read `t` into huge pages: memory of this process's own, which may be
     // rewritten (a mapped tensor is the file's read-only pages).
     bool in_huge_pages(const ggml_tensor * t) const;
+    // For a tensor mapped from the file that nothing reads any more (a weight replaced by a copy
+    // of another layout): its pages leave this process's resident memory, staying in the page
+    // cache; reading it again faults them back in. Other tensors are left alone.
+    void drop_pages(const ggml_tensor * t) const;
 
     ggml_context * meta() const { return meta_; }
 

@@ -30,7 +30,7 @@ def measure(kind: str, args: list[str]) -> dict[str, Any]:
     if kind == "streams":
         from .batch import streams_worker
 
-        return streams_worker(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]))
+        return streams_worker(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]), args[5])
     if kind == "memory":
         from .memory import memory_worker
 

@@ -72,19 +72,20 @@ def _chunks(frames: int) -> list[int]:
     return out
 
 
-def streams_worker(gguf: str, threads: int, frames: int, streams: int, seed: int) -> dict[str, Any]:
+def streams_worker(gguf: str, threads: int, frames: int, streams: int, seed: int,
+                   precision: str = "auto") -> dict[str, Any]:
     import numpy as np
 
     import qtts
 
     from ..runtime.scheduler import Scheduler
 
-    m = qtts.Model(gguf, n_threads=threads, voice_cache=False)
+    m = qtts.Model(gguf, n_threads=threads, voice_cache=False, precision=precision)
     rng = np.random.default_rng(seed)
     q = m.engine.num_code_groups
     codes = [rng.integers(0, 2048, (frames, q)) for _ in range(streams)]
     sizes = _chunks(frames)
-    r: dict[str, Any] = {"streams": streams, "frames": frames, "chunks": sizes}
+    r: dict[str, Any] = {"streams": streams, "frames": frames, "chunks": sizes, "precision": m.precision}
     with m.engine.session() as s:
         s.decode(codes[0][:4])  # warm-up
         t0 = time.perf_counter()
@@ -142,11 +143,13 @@ def run_bulk(a: argparse.Namespace) -> dict[str, Any]:
     if a.streams:
         out = {"benchmark": "batch --streams", "release": a.release, "type": a.type, "model": gguf,
                "threads": a.threads, "seed": a.seed, **machine()}
-        out["results"] = worker("streams", gguf, str(a.threads), str(a.frames), str(a.streams), str(a.seed))
+        out["results"] = worker("streams", gguf, str(a.threads), str(a.frames), str(a.streams), str(a.seed),
+                                a.precision)
         out["load_avg_end"] = os.getloadavg()[0]
         return out
     out: dict[str, Any] = {"benchmark": "batch", "release": a.release, "type": a.type, "model": gguf, "items": a.items,
-                           "frames": a.frames, "max_batch": a.max_batch, "seed": a.seed, **machine(), "results": {}}
+                           "frames": a.frames, "max_batch": a.max_batch, "seed": a.seed, "precision": a.precision,
+                           **machine(), "results": {}}
     with tempfile.TemporaryDirectory(prefix="qtts-bench-batch-") as tmp:
         work = Path(tmp)
         manifest = work / "items.jsonl"
@@ -155,7 +158,7 @@ def run_bulk(a: argparse.Namespace) -> dict[str, Any]:
         for name, flags in CONFIGS.items():
             cmd = [sys.executable, "-m", "qtts.cli", "batch", str(manifest), "-m", gguf, "--voice", str(voice),
                    "--output-dir", str(work / name.replace(" ", "_")), "--max-batch", str(a.max_batch),
-                   "--json", "-q", *flags]
+                   "--precision", a.precision, "--json", "-q", *flags]
             t0 = time.perf_counter()
             p = subprocess.run(cmd, capture_output=True, text=True)
             wall = time.perf_counter() - t0
@@ -176,8 +179,9 @@ def format_bulk(r: dict[str, Any]) -> str:
     if "streams" in r["benchmark"]:
         x = r["results"]
         e = {int(b): v for b, v in x["end_to_end"].items()}
+        precision = f", {x['precision']} precision" if "precision" in x else ""
         rows = [f"{r['release']} {r['type']} random weights, {x['streams']} streams x {x['frames']} frames, "
-                f"{r['threads']} threads, load {r['load_avg']:.2f} -> {r['load_avg_end']:.2f}",
+                f"{r['threads']} threads{precision}, load {r['load_avg']:.2f} -> {r['load_avg_end']:.2f}",
                 f"vocoder ms per frame and stream: offline (100 frames) {x['offline_100_ms_per_frame']:.1f}, "
                 f"streams alone {x['alone_ms_per_frame']:.1f}, together {x['together_ms_per_frame']:.1f}",
                 "end to end (Scheduler): " + ", ".join(

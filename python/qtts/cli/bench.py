@@ -135,6 +135,7 @@ def add_parser(sub: Any) -> None:
                                                           "streams instead (and -t threads; docs/serving.md)")
     p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads of --streams (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and items (default 0)")
+    add_precision_argument(p)
     _tail(p)
 
 

@@ -16,9 +16,11 @@ def test_streams_report_splits_each_batch_size() -> None:
     r = {"benchmark": "batch --streams", "release": "0.6B-Base", "type": "q4_k", "threads": 2, "load_avg": 0.5,
          "load_avg_end": 0.75,
          "results": {"streams": 8, "frames": 24, "offline_100_ms_per_frame": 22.0, "alone_ms_per_frame": 26.0,
-                     "together_ms_per_frame": 22.5,
+                     "together_ms_per_frame": 22.5, "precision": "fast",
                      "end_to_end": {"1": _run(1, 1.1, 72.0, one), "8": _run(8, 2.2, 36.5, eight)}}}
     lines = format_bulk(r).splitlines()
+    assert lines[0] == ("0.6B-Base q4_k random weights, 8 streams x 24 frames, 2 threads, fast precision, "
+                        "load 0.50 -> 0.75")
     assert lines[2].endswith("; x2.00")
     # the phases in generation order, then the wall time the graphs do not account for
     assert lines[3] == ("  B = 1, ms per frame and stream: 72.0 = prefill 1.5 + talker 15.0 + predictor 26.0 + "
