@@ -111,13 +111,13 @@ void vocoder_convs(const Vocoder & c, std::vector<PanelConv> & out) {
     for (const TransformerLayer & l : c.tfm.layers) {
         for (const ggml_tensor * t : layer_matrices(l)) out.push_back({t, 1});
     }
+    vocoder_fast_convs(c, out);
+}
+
+void vocoder_fast_convs(const Vocoder & c, std::vector<PanelConv> & out) {
     for (const Vocoder::Upsample & u : c.upsample) {
         for (const ggml_tensor * t : {u.conv, u.pw1, u.pw2}) out.push_back({t, 1});
     }
-    vocoder_stack_convs(c, out);
-}
-
-void vocoder_stack_convs(const Vocoder & c, std::vector<PanelConv> & out) {
     out.push_back({c.voc_in, 1});
     for (const Vocoder::VocBlock & b : c.voc) {
         out.push_back({b.up, 1});

@@ -80,9 +80,10 @@ struct Vocoder {
 void load_vocoder(GgufFile & f, Vocoder & c);
 // Every panel weight of the vocoder, for the portable path's copies (runtime/codec_ops.h).
 void vocoder_convs(const Vocoder & c, std::vector<PanelConv> & out);
-// The conv stack's panel weights (voc_in, each block's transposed conv and residual convs), which
-// the fast precision computes in BF16 on CPUs with AMX tiles (docs/kernels.md, "BF16 convs").
-void vocoder_stack_convs(const Vocoder & c, std::vector<PanelConv> & out);
+// The panel weights the fast precision computes in BF16 on CPUs with AMX tiles (docs/kernels.md,
+// "BF16 convs"): the upsampling's convs (transposed conv, ConvNeXt pw1 and pw2) and the conv
+// stack's (voc_in, each block's transposed conv and residual convs).
+void vocoder_fast_convs(const Vocoder & c, std::vector<PanelConv> & out);
 
 // The carried state of one chunk's decode ("segment"), zero at the segment's first frame.
 class VocoderState {

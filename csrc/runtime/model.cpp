@@ -175,7 +175,7 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     if (ops == OpsPath::portable) conv_weights.build(convs, device);
     if (bf16_stack) {
         std::vector<PanelConv> stack;
-        vocoder_stack_convs(vocoder, stack);
+        vocoder_fast_convs(vocoder, stack);
         bf16_convs.build_bf16(stack);
         // fast only where some conv has a BF16 copy (widths that are multiples of 32); the F32
         // panels those replace are not read again, so their mapped pages leave the process

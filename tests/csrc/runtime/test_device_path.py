@@ -28,7 +28,7 @@ def test_exact_product_pads_and_slices(h: int, m: int, k: int, n: int) -> None:
 
 def test_precision_option(gguf_dir: Path) -> None:
     """On the CPU, fast is the vocoder's conv stack in BF16 where the CPU has AMX tiles (the tiny
-    models' voc_in and first transposed conv are 32 channels wide); auto is fast unless the file
+    models' upsampling convs, voc_in and first transposed conv read 32 or more channels); auto is fast unless the file
     is F32; the portable path and CPUs without tiles compute in F32 whatever the choice."""
     path = gguf_dir / "tiny_custom_voice-f32.gguf"
     fast = "fast" if core.ops.has_bf16_tiles() else "exact"
