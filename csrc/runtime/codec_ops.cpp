@@ -91,11 +91,15 @@ ggml_tensor * ConvWeights::find(const ggml_tensor * panel) const {
     return it == copies_.end() ? nullptr : it->second;
 }
 
+ggml_tensor * CodecOps::native_weight(ggml_tensor * panel) const {
+    ggml_tensor * copy = bf16 ? bf16->find(panel) : nullptr;
+    return copy ? copy : panel;
+}
+
 ggml_tensor * CodecOps::conv(ggml_tensor * xp, ggml_tensor * panel, int64_t n, ggml_tensor * b, ggml_tensor * res,
                              int64_t k, int64_t s) const {
     if (portable) return stock_conv(ctx, xp, portable->get(panel), n, b, res);
-    ggml_tensor * fast = bf16 ? bf16->find(panel) : nullptr;
-    if (s == 1) return conv_gemm(ctx, xp, fast ? fast : panel, n, b, res);
+    if (s == 1) return conv_gemm(ctx, xp, native_weight(panel), n, b, res);
     // one tap over k*Cin channels of overlapping windows (docs/kernels.md, "Custom CPU ops")
     const int64_t cin = xp->ne[0];
     ggml_tensor * w1 = ggml_reshape_4d(ctx, panel, panel->ne[0], cin * k, 1, panel->ne[3]);
@@ -105,8 +109,7 @@ ggml_tensor * CodecOps::conv(ggml_tensor * xp, ggml_tensor * panel, int64_t n, g
 ggml_tensor * CodecOps::conv_segments(ggml_tensor * xp, ggml_tensor * panel, ggml_tensor * segments, int64_t n,
                                       ggml_tensor * b) const {
     if (portable) fail("conv_segments: the portable path has no segmented conv");
-    ggml_tensor * fast = bf16 ? bf16->find(panel) : nullptr;
-    return conv_gemm(ctx, xp, fast ? fast : panel, n, b, nullptr, segments);
+    return conv_gemm(ctx, xp, native_weight(panel), n, b, nullptr, segments);
 }
 
 ggml_tensor * CodecOps::snake(ggml_tensor * x, ggml_tensor * exp_alpha, ggml_tensor * inv_beta,

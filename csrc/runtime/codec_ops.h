@@ -37,6 +37,7 @@ public:
     ConvWeights & operator=(const ConvWeights &) = delete;
 
     // Repack every conv in one buffer on `dev`; an EngineError when the device refuses it.
+    // Called once, as is build_bf16, and only one of the two per object.
     void build(const std::vector<PanelConv> & convs, ggml_backend_dev_t dev);
     // Or the fast precision's BF16 copies (ops/conv_gemm.h, conv_pack_bf16) in host memory, of
     // those convs that have one (stride 1, conv_packs_bf16).
@@ -73,6 +74,8 @@ struct CodecOps {
     ggml_tensor * conv_segments(ggml_tensor * xp, ggml_tensor * panel, ggml_tensor * segments, int64_t n,
                                 ggml_tensor * b) const;
     ggml_tensor * snake(ggml_tensor * x, ggml_tensor * exp_alpha, ggml_tensor * inv_beta, ggml_tensor * left) const;
+    // The weight the native conv_gemm reads for `panel`: its BF16 copy where bf16 has one.
+    ggml_tensor * native_weight(ggml_tensor * panel) const;
     ggml_tensor * elu(ggml_tensor * x, ggml_tensor * left, int64_t pad) const;
     ggml_tensor * time_stats(ggml_tensor * x, ggml_tensor * logits) const;
 };

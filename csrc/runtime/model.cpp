@@ -129,9 +129,9 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
         precision = precision_choice == PrecisionChoice::exact ? Precision::exact : Precision::fast;
         claim_device_precision(precision);
     }
-    const bool bf16_stack = on_cpu && ops == OpsPath::native && conv_gemm_has_bf16_tiles() &&
-                            (precision_choice == PrecisionChoice::fast ||
-                             (precision_choice == PrecisionChoice::automatic && !all_f32(talker)));
+    const bool bf16_vocoder = on_cpu && ops == OpsPath::native && conv_gemm_has_bf16_tiles() &&
+                              (precision_choice == PrecisionChoice::fast ||
+                               (precision_choice == PrecisionChoice::automatic && !all_f32(talker)));
     std::vector<PanelConv> convs;
     vocoder_convs(vocoder, convs);
     codec_encoder_convs(codec_encoder, convs);
@@ -173,7 +173,7 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
         }
     }
     if (ops == OpsPath::portable) conv_weights.build(convs, device);
-    if (bf16_stack) {
+    if (bf16_vocoder) {
         std::vector<PanelConv> stack;
         vocoder_fast_convs(vocoder, stack);
         bf16_convs.build_bf16(stack);

@@ -30,7 +30,7 @@ enum class OpsChoice { automatic, native, portable };
 
 // The load option that picks the arithmetic (docs/kernels.md, "Precision"). On a GPU the matrix
 // products' (ops/stock.h, Precision); automatic = fast. On the CPU's native path fast computes
-// the vocoder's conv stack in BF16 where the CPU has AMX tiles (ops/conv_gemm.h), automatic
+// the vocoder's convs in BF16 where the CPU has AMX tiles (ops/conv_gemm.h), automatic
 // being fast unless the talker's matrices are F32 (a file kept at full precision); everything
 // else, and every choice elsewhere, computes in F32 and reads back as exact.
 enum class PrecisionChoice { automatic, exact, fast };
@@ -64,7 +64,8 @@ public:
     OpsPath ops = OpsPath::native;
     Precision precision = Precision::exact;
     ConvWeights conv_weights;
-    // The fast precision's BF16 copies of the vocoder's conv stack on the CPU (empty otherwise).
+    // The fast precision's BF16 copies of the vocoder's convs on the CPU (vocoder_fast_convs;
+    // empty otherwise).
     ConvWeights bf16_convs;
     // The native path on the CPU device: the talker's and code predictor's KV caches are
     // attended by the fused op (ops/attend.h), elsewhere by stock ggml ops.
