@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ops/amx.h"
 #include "ops/conv_gemm.h"
 #include "ops/conv_gemm_impl.h"
 #include "ops/layout.h"
@@ -19,10 +20,6 @@
 
 #ifdef QTTS_X86
 #include <cpuid.h>
-#ifdef __linux__
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 #define QTTS_AMX_BF16 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512vl,avx512bw,avx512bf16,avx2,fma")))
 #endif
 
@@ -119,22 +116,10 @@ bool has_tiles() {
         }
         if (!(d >> 22 & 1) || !(d >> 24 & 1)) return false;  // AMX-BF16, AMX-TILE
         if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a >> 5 & 1)) return false;  // AVX512-BF16
-#ifdef __linux__
-        // the tile state is the process's only once asked for (ARCH_REQ_XCOMP_PERM, XTILEDATA)
-        return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-#else
-        return false;
-#endif
+        return amx_tiles_permitted();
     }();
     return has;
 }
-
-struct alignas(64) TileConfig {
-    uint8_t palette = 1, start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-};
 
 // Tiles 0-3: C (rows 0-15 and 16-31 of a 32-row block x two panels), 4-5: A (the two row
 // halves), 6-7: B (the two panels); all 16 rows x 64 bytes.

@@ -22,10 +22,7 @@
 #include <cstring>
 #include <vector>
 
-#ifdef __linux__
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
+#include "ops/amx.h"
 
 #define QTTS_QMM_AMX \
     __attribute__((target("amx-tile,amx-int8,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")))
@@ -37,13 +34,7 @@ bool cpu_has_amx() {
         unsigned a = 0, b = 0, c = 0, d = 0;
         if (!cpu_has_vnni() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
         if (!(d >> 24 & 1) || !(d >> 25 & 1)) return false;  // AMX-TILE, AMX-INT8
-#ifdef __linux__
-        // the kernel hands out the 8 KiB tile state only to a process that asks for it
-        // (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); every thread of the process may then use it
-        return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-#else
-        return false;
-#endif
+        return amx_tiles_permitted();
     }();
     return has;
 }
@@ -52,13 +43,6 @@ namespace {
 
 // Tiles: 0 and 1 = A (columns), 2 and 3 = B (weights), 4 and 5 = C, two of each so that one
 // sub-block's multiply overlaps the next one's loads.
-struct alignas(64) TileConfig {
-    uint8_t palette = 1, start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 
 // `columns` tile rows of A and C; `k` values per product (A's bytes per row, B's rows x 4).
 QTTS_QMM_AMX void configure(int columns, int k) {
