@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qtts._native import core
 from qtts.runtime.engine import Engine
 
 HOP = 1920
@@ -113,6 +114,19 @@ def test_stream_equals_offline_for_any_split(session) -> None:
     splits = [[1, 1, 2, 5, 13, 299, 1, 1, 24, 273] + [100] * 3, [int(k) for k in rng.integers(1, 90, 60)]]
     for sizes in splits:
         np.testing.assert_array_equal(_push_all(session, codes, sizes), offline)
+
+
+def test_fast_precision_stream_equals_offline_for_any_split(gguf_dir: Path) -> None:
+    """The BF16 convs keep each row's arithmetic independent of the rows beside it, so at the fast
+    precision too a stream pushed in any split, across the reference's 300-frame chunks, is the
+    offline decode bit for bit."""
+    engine = Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2, "native", precision="fast")
+    assert engine.precision == ("fast" if core.ops.has_bf16_tiles() else "exact")
+    with engine.session() as s:
+        codes = _codes(620, 5)
+        offline = s.decode(codes)
+        sizes = [int(k) for k in np.random.default_rng(8).integers(1, 90, 60)]
+        np.testing.assert_array_equal(_push_all(s, codes, sizes), offline)
 
 
 def test_stream_is_causal(session) -> None:
