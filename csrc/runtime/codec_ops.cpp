@@ -56,7 +56,8 @@ void ConvWeights::build(const std::vector<PanelConv> & convs, ggml_backend_dev_t
     }
 }
 
-void ConvWeights::build_bf16(const std::vector<PanelConv> & convs) {
+void ConvWeights::build_bf16(const std::vector<PanelConv> & convs,
+                             const std::function<void(const ggml_tensor *)> & packed) {
     GgmlErrorCapture log;
     ggml_init_params ip = {ggml_tensor_overhead() * (convs.size() + 1), nullptr, /*no_alloc=*/true};
     ctx_ = ggml_init(ip);
@@ -74,9 +75,15 @@ void ConvWeights::build_bf16(const std::vector<PanelConv> & convs) {
     ggml_backend_buffer_set_usage(buf_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     std::vector<float> src;
     for (const auto & [p, t] : copies_) {
-        src.resize(static_cast<size_t>(ggml_nelements(p)));
-        ggml_backend_tensor_get(p, src.data(), 0, ggml_nbytes(p));
-        conv_pack_bf16(src.data(), p->ne[1], p->ne[2], p->ne[3], static_cast<uint16_t *>(t->data));
+        // the native path's panels are in host memory: read in place, no copy of the largest
+        const float * from = static_cast<const float *>(p->data);
+        if (!ggml_backend_buffer_is_host(p->buffer)) {
+            src.resize(static_cast<size_t>(ggml_nelements(p)));
+            ggml_backend_tensor_get(p, src.data(), 0, ggml_nbytes(p));
+            from = src.data();
+        }
+        conv_pack_bf16(from, p->ne[1], p->ne[2], p->ne[3], static_cast<uint16_t *>(t->data));
+        if (packed) packed(p);
     }
 }
 

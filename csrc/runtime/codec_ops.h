@@ -40,8 +40,10 @@ public:
     // Called once, as is build_bf16, and only one of the two per object.
     void build(const std::vector<PanelConv> & convs, ggml_backend_dev_t dev);
     // Or the fast precision's BF16 copies (ops/conv_gemm.h, conv_pack_bf16) in host memory, of
-    // those convs that have one (stride 1, conv_packs_bf16).
-    void build_bf16(const std::vector<PanelConv> & convs);
+    // those convs that have one (stride 1, conv_packs_bf16); `packed` is called with each panel
+    // once its copy is made (Model drops the panel's mapped pages then, so that at most one of
+    // them is resident at a time).
+    void build_bf16(const std::vector<PanelConv> & convs, const std::function<void(const ggml_tensor *)> & packed = {});
     // The copy of a panel weight (an Error for a panel that has none).
     ggml_tensor * get(const ggml_tensor * panel) const;
     // The copy, or null for a panel that has none.

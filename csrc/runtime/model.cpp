@@ -176,13 +176,11 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
     if (bf16_vocoder) {
         std::vector<PanelConv> stack;
         vocoder_fast_convs(vocoder, stack);
-        bf16_convs.build_bf16(stack);
-        // fast only where some conv has a BF16 copy (widths that are multiples of 32); the F32
-        // panels those replace are not read again, so their mapped pages leave the process
+        // the F32 panels the copies replace are not read again: their mapped pages leave the
+        // process as each copy is made
+        bf16_convs.build_bf16(stack, [&f](const ggml_tensor * panel) { f.drop_pages(panel); });
+        // fast only where some conv has a BF16 copy (widths that are multiples of 32)
         if (bf16_convs.bytes() > 0) precision = Precision::fast;
-        for (const PanelConv & c : stack) {
-            if (bf16_convs.find(c.panel)) f.drop_pages(c.panel);
-        }
     }
     for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);
     weight_bytes -= f.read_not_mapped();  // the file mapping spans them too, unread

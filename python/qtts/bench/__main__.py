@@ -34,7 +34,7 @@ def measure(kind: str, args: list[str]) -> dict[str, Any]:
     if kind == "memory":
         from .memory import memory_worker
 
-        return memory_worker(args[0], int(args[1]), args[2], args[3] or None)
+        return memory_worker(args[0], int(args[1]), args[2], args[3] or None, args[4])
     raise ValueError(f"unknown benchmark worker {kind!r}")
 
 

@@ -11,13 +11,14 @@ from typing import Any
 from .common import REF_TEXT, TEXT, clip, logger, machine, prepare, settings, worker
 
 
-def memory_worker(gguf: str, threads: int, mode: str, voice_file: str | None) -> dict[str, Any]:
+def memory_worker(gguf: str, threads: int, mode: str, voice_file: str | None,
+                  precision: str = "auto") -> dict[str, Any]:
     import qtts
 
     from ..runtime.audio import peak_rss_mb
 
-    m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False)
-    r: dict[str, Any] = {"mode": mode}
+    m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False, precision=precision)
+    r: dict[str, Any] = {"mode": mode, "precision": m.precision}
     if mode == "synthesize":
         voice = qtts.Voice.load(voice_file) if voice_file else None
         kw = {"voice": voice} if voice else {"speaker": m.speakers[0]} if m.speakers else {"instruct": "Calm."}
@@ -38,7 +39,7 @@ def run_memory(a: argparse.Namespace) -> dict[str, Any]:
                            "results": {}}
     for qtype in a.types:
         gguf = a.model or str(prepare(a.release, qtype, a.seed, log))
-        rows = [worker("memory", gguf, str(a.threads), "load", "")]
+        rows = [worker("memory", gguf, str(a.threads), "load", "", a.precision)]
         with tempfile.TemporaryDirectory() as d:
             voice_file = ""
             if a.release.endswith("Base"):
@@ -46,9 +47,9 @@ def run_memory(a: argparse.Namespace) -> dict[str, Any]:
                 voice = m.create_voice((clip(10.0), 24000), x_vector_only_mode=True)
                 voice_file = str(voice.save(Path(d) / "v.qvoice"))
                 del m
-            rows.append(worker("memory", gguf, str(a.threads), "synthesize", voice_file))
+            rows.append(worker("memory", gguf, str(a.threads), "synthesize", voice_file, a.precision))
             if voice_file:
-                rows.append(worker("memory", gguf, str(a.threads), "clone", ""))
+                rows.append(worker("memory", gguf, str(a.threads), "clone", "", a.precision))
         out["results"][qtype] = rows
         if log:
             log(f"{qtype}: " + json.dumps(rows))
@@ -56,9 +57,10 @@ def run_memory(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_memory(r: dict[str, Any]) -> str:
-    rows = [f"{'type':<6}{'mode':<12}{'file MB':>9}{'peak RSS MB':>13}{'KV MB':>8}{'compute MB':>12}"]
+    rows = [f"{'type':<6}{'mode':<12}{'precision':<11}{'file MB':>9}{'peak RSS MB':>13}{'KV MB':>8}"
+            f"{'compute MB':>12}"]
     for qtype, items in r["results"].items():
         for x in items:
-            rows.append(f"{qtype:<6}{x['mode']:<12}{x['file_mb']:>9.0f}{x['peak_rss_mb']:>13.0f}"
-                        f"{x['kv_cache_mb']:>8.1f}{x['compute_buffers_mb']:>12.1f}")
+            rows.append(f"{qtype:<6}{x['mode']:<12}{x.get('precision', '-'):<11}{x['file_mb']:>9.0f}"
+                        f"{x['peak_rss_mb']:>13.0f}{x['kv_cache_mb']:>8.1f}{x['compute_buffers_mb']:>12.1f}")
     return f"{r['release']} random weights, {r['threads']} threads\n" + "\n".join(rows)

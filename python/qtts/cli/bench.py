@@ -55,6 +55,8 @@ def add_parser(sub: Any) -> None:
                                            f"{' '.join(['q8_0', 'q4_k'] if name == 'speed' else TYPES)})")
         if name == "quality":
             p.add_argument("--frames", type=int, default=50, help="greedy frames compared (teacher-forced)")
+        if name == "memory":
+            add_precision_argument(p)
         p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (default 2)")
         p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
         _tail(p)
