@@ -1,5 +1,5 @@
 // The conv-GEMM over BF16 weights (ops/conv_gemm.h; docs/kernels.md, "BF16 convs"): the
-// vocoder's conv stack at the fast precision. On AMX CPUs a tile multiply (TDPBF16PS) takes
+// vocoder's convs at the fast precision. On AMX CPUs a tile multiply (TDPBF16PS) takes
 // 16 rows x 32 input channels of xp against 32 channels x 16 outputs of one weight panel, about
 // six times the F32 FMA rate per thread, the sums in F32.
 //
