@@ -132,6 +132,25 @@ def _work(items: list[Item]) -> tuple[list[Finished], dict[str, float]]:
     return list(_SYNTH.run(items)), memory()
 
 
+def stop_pool(ex: ProcessPoolExecutor, workers: set[Any]) -> None:
+    """Stop `ex`'s workers mid-chunk so that `ex.shutdown(wait=True)` returns. A worker killed
+    while it sends a chunk's audio (hundreds of KB, several pipe writes) leaves part of a message
+    in the result pipe, and the executor's manager thread then waits in recv() for the rest for
+    ever: the workers' write ends close with them, but this process holds the pipe's other one.
+    Closing it once the workers are gone ends that read (EOFError: the pool is broken, as it is).
+    `_result_queue` is CPython's (3.9-3.13), hence the getattr."""
+    for p in workers:
+        p.terminate()
+    for p in workers:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    writer = getattr(getattr(ex, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        writer.close()
+
+
 class JobsRunner:
     """`jobs` worker processes, the threads split between them."""
 
@@ -168,6 +187,5 @@ class JobsRunner:
             finished = True
         finally:
             if not finished:  # an error, SIGTERM or a closed iterator: stop the workers mid-chunk
-                for p in workers:
-                    p.terminate()
+                stop_pool(ex, workers)
             ex.shutdown(wait=True, cancel_futures=True)

@@ -284,6 +284,36 @@ def test_killed_parent_leaves_no_workers(cv_path: Path, tmp_path: Path, sig: sig
     assert not list(out.glob("*.partial"))
 
 
+def test_stop_pool_returns_after_a_result_cut_short() -> None:
+    """What a worker killed while sending a chunk's audio leaves in the result pipe, a message
+    header and part of its bytes: stop_pool still lets the executor shut down (its manager thread
+    would otherwise wait in recv() for the rest for ever; seen once as a SIGTERMed `batch --jobs 2`
+    that never exited)."""
+    import multiprocessing
+    import struct
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from qtts.bulk.local import stop_pool
+
+    before = set(multiprocessing.active_children())
+    ex = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    future = ex.submit(time.sleep, 60)
+    workers = set(multiprocessing.active_children()) - before
+    assert len(workers) == 1
+    os.write(ex._result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 10)
+    time.sleep(0.2)  # the manager thread reads the header, then waits for the rest
+    stop_pool(ex, workers)
+    shutdown = threading.Thread(target=ex.shutdown, kwargs={"wait": True, "cancel_futures": True}, daemon=True)
+    shutdown.start()
+    shutdown.join(30)
+    assert not shutdown.is_alive(), "shutdown still waits on the cut-short result"
+    assert not any(p.is_alive() for p in workers)
+    with pytest.raises(BrokenProcessPool):
+        future.result(timeout=5)
+
+
 def results_lenient(path: Path) -> list[dict[str, Any]]:
     out = []
     for line in path.read_text().splitlines():
