@@ -16,11 +16,15 @@ ConvWeights::~ConvWeights() {
     if (ctx_) ggml_free(ctx_);
 }
 
+void ConvWeights::begin(const GgmlErrorCapture & log, size_t n, const char * what) {
+    ggml_init_params ip = {ggml_tensor_overhead() * (n + 1), nullptr, /*no_alloc=*/true};
+    ctx_ = ggml_init(ip);
+    if (!ctx_) engine_fail(log, "could not create a ggml context for the %s conv weights", what);
+}
+
 void ConvWeights::build(const std::vector<PanelConv> & convs, ggml_backend_dev_t dev) {
     GgmlErrorCapture log;
-    ggml_init_params ip = {ggml_tensor_overhead() * (convs.size() + 1), nullptr, /*no_alloc=*/true};
-    ctx_ = ggml_init(ip);
-    if (!ctx_) engine_fail(log, "could not create a ggml context for the portable conv weights");
+    begin(log, convs.size(), "portable");
     for (const PanelConv & c : convs) {
         const ggml_tensor * p = c.panel;
         const int64_t cin = p->ne[1], k = p->ne[2], n = p->ne[0] * p->ne[3], g = c.stride;
@@ -59,9 +63,7 @@ void ConvWeights::build(const std::vector<PanelConv> & convs, ggml_backend_dev_t
 void ConvWeights::build_bf16(const std::vector<PanelConv> & convs,
                              const std::function<void(const ggml_tensor *)> & packed) {
     GgmlErrorCapture log;
-    ggml_init_params ip = {ggml_tensor_overhead() * (convs.size() + 1), nullptr, /*no_alloc=*/true};
-    ctx_ = ggml_init(ip);
-    if (!ctx_) engine_fail(log, "could not create a ggml context for the BF16 conv weights");
+    begin(log, convs.size(), "BF16");
     for (const PanelConv & c : convs) {
         const ggml_tensor * p = c.panel;
         if (c.stride != 1 || !conv_packs_bf16(p)) continue;

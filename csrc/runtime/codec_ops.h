@@ -17,6 +17,8 @@
 
 namespace qtts {
 
+class GgmlErrorCapture;  // runtime/error.h
+
 enum class OpsPath { native, portable };
 
 // A conv-GEMM panel weight (runtime/loader.h) and the stride it is applied with (1 unless the
@@ -51,6 +53,9 @@ public:
     size_t bytes() const { return buf_ ? ggml_backend_buffer_get_size(buf_) : 0; }
 
 private:
+    // The context of n copies; an EngineError (with log's lines) naming `what` when ggml has none.
+    void begin(const GgmlErrorCapture & log, size_t n, const char * what);
+
     ggml_context * ctx_ = nullptr;
     ggml_backend_buffer_t buf_ = nullptr;
     std::map<const ggml_tensor *, ggml_tensor *> copies_;

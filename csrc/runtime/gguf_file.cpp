@@ -12,82 +12,9 @@
 #include "ggml-cpu.h"
 #include "runtime/error.h"
 #include "runtime/host_memory.h"
-
-#if defined(_WIN32)
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#include <windows.h>
-#else
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#endif
+#include "runtime/mapped_file.h"
 
 namespace qtts {
-
-// Read-only mapping of the whole file; weights on host devices point straight into it.
-class MappedFile {
-public:
-    explicit MappedFile(const std::string & path) {
-#if defined(_WIN32)
-        // written for Windows, not built there yet (docs/kernels.md, "Builds")
-        const std::wstring wide = std::filesystem::u8path(path).wstring();
-        HANDLE file = CreateFileW(wide.c_str(), GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING,
-                                  FILE_ATTRIBUTE_NORMAL, nullptr);
-        if (file == INVALID_HANDLE_VALUE) fail("%s: cannot open (Windows error %lu)", path.c_str(), GetLastError());
-        LARGE_INTEGER size{};
-        GetFileSizeEx(file, &size);
-        size_ = static_cast<size_t>(size.QuadPart);
-        HANDLE mapping = size_ ? CreateFileMappingW(file, nullptr, PAGE_READONLY, 0, 0, nullptr) : nullptr;
-        CloseHandle(file);
-        if (mapping) {
-            addr_ = MapViewOfFile(mapping, FILE_MAP_READ, 0, 0, 0);
-            CloseHandle(mapping);
-        }
-        if (!addr_) fail("%s: cannot map the file (Windows error %lu)", path.c_str(), GetLastError());
-#else
-        int fd = ::open(path.c_str(), O_RDONLY);
-        if (fd < 0) fail("%s: cannot open: %s", path.c_str(), std::strerror(errno));
-        struct stat st{};
-        ::fstat(fd, &st);
-        size_ = static_cast<size_t>(st.st_size);
-        addr_ = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-        ::close(fd);
-        if (addr_ == MAP_FAILED) fail("%s: mmap failed: %s", path.c_str(), std::strerror(errno));
-#endif
-    }
-    ~MappedFile() {
-#if defined(_WIN32)
-        if (addr_) UnmapViewOfFile(addr_);
-#else
-        if (addr_ && addr_ != MAP_FAILED) ::munmap(addr_, size_);
-#endif
-    }
-    uint8_t * data() const { return static_cast<uint8_t *>(addr_); }
-    bool spans(const void * p, size_t n) const {
-        const auto * b = static_cast<const uint8_t *>(p);
-        return addr_ && b >= data() && b + n <= data() + size_;
-    }
-    // The whole pages inside [p, p + n) leave this process's memory; a later read faults them
-    // back in from the file (they are clean, read-only file pages). Not on Windows.
-    void drop(const void * p, size_t n) const {
-#if !defined(_WIN32)
-        const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-        const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-        const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
-        if (e > a) ::madvise(reinterpret_cast<void *>(a), e - a, MADV_DONTNEED);
-#else
-        (void)p;
-        (void)n;
-#endif
-    }
-
-private:
-    void * addr_ = nullptr;
-    size_t size_ = 0;
-};
 
 std::string shape_str(const int64_t * ne, int n) {
     std::string s = "[";
