@@ -342,13 +342,31 @@ struct LayerBuilder {
             K = ggml_permute(ctx, k, 0, 2, 1, 3);
             VT = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));
         }
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        if (kv && n == 1) return attend_one(q, K, VT, mask, scale, il);
         q = ggml_permute(ctx, by_lane(q), 0, 2, 1, 3);
         ggml_tensor * kq = mul_mat(ctx, K, q);  // [n_kv, n, n_head, lanes]
         if (!mask && n > 1) kq = ggml_diag_mask_inf(ctx, kq, static_cast<int>(n_past));
-        kq = named(ggml_soft_max_ext(ctx, kq, mask, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f), "%s.%d.attn_w",
-                   o.prefix, il);
+        kq = named(ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f), "%s.%d.attn_w", o.prefix, il);
         ggml_tensor * out = ggml_permute(ctx, mul_mat(ctx, VT, kq), 0, 2, 1, 3);  // [hd, n_head, n, lanes]
         return ggml_cont_2d(ctx, out, hd * hp.n_head, n_all);
+    }
+
+    // One query per lane (a batched step): each KV head's group of query heads as the columns of
+    // one product, so that each lane's K and V windows are read once per KV head, not once per
+    // query head, and the output comes out in q's head order, [hd * n_head, lanes], with no copy
+    // (docs/architecture.md "KV cache"). q [hd, n_head, lanes] (heads contiguous), K [hd, n_kv,
+    // nkv, lanes], VT [n_kv, hd, nkv, lanes].
+    ggml_tensor * attend_one(ggml_tensor * q, ggml_tensor * K, ggml_tensor * VT, ggml_tensor * mask, float scale,
+                             int il) const {
+        const int64_t hd = t.hp.head_dim, nh = t.hp.n_head, nkv = t.hp.n_head_kv, gqa = nh / nkv, lanes = q->ne[2];
+        ggml_tensor * qg = ggml_view_4d(ctx, q, hd, gqa, nkv, lanes, q->nb[1], gqa * q->nb[1], q->nb[2], 0);
+        ggml_tensor * kq = mul_mat(ctx, K, qg);  // [n_kv, gqa, nkv, lanes]
+        // the mask [n_kv, 1, 1, lanes] broadcasts over ne2: every head of a lane as one row there
+        kq = ggml_reshape_4d(ctx, kq, kq->ne[0], 1, nh, lanes);
+        kq = named(ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f), "%s.%d.attn_w", o.prefix, il);
+        kq = ggml_reshape_4d(ctx, kq, kq->ne[0], gqa, nkv, lanes);
+        return ggml_reshape_2d(ctx, mul_mat(ctx, VT, kq), hd * nh, lanes);  // [hd, gqa, nkv, lanes]
     }
 
     ggml_tensor * mlp(ggml_tensor * h, const TransformerLayer & l) const {

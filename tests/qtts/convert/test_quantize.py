@@ -332,7 +332,7 @@ def test_cli_quantize(gguf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     src, out = gguf_dir / "tiny_custom_voice-f32.gguf", tmp_path / "q.gguf"
     assert cli.main(["quantize", str(src), str(out), "Q4_K", "--keep", "codec_embd=q8_0"]) == 0
     err = capsys.readouterr().err
-    assert "talker.blk.0.attn_q.weight [32, 32] F32 -> Q8_0 (fallback: Q4_K needs rows of whole 256" in err
+    assert "talker.blk.0.attn_q.weight [64, 32] F32 -> Q8_0 (fallback: Q4_K needs rows of whole 256" in err
     assert "talker.codec_embd.weight [3072, 32] F32 -> Q8_0 (--keep 'codec_embd=q8_0')" in err
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"wrote {out} (q4_k): ") and " MB -> " in last
