@@ -169,7 +169,8 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
 
 def _analysis(r: dict[str, Any], bandwidth: float, peak: float | None, threads: int) -> None:
     """Each generation figure as GB/s and a fraction of the N-thread bandwidth; the vocoder's
-    GFLOP/s and its fraction of the measured sgemm rate of the threads it ran on."""
+    GFLOP/s against the measured FP32 sgemm rate of the threads it ran on (above 1 where the fast
+    precision runs its convs in BF16 tiles, docs/kernels.md "Precision on the CPU")."""
     r["generation_gb_per_s"] = r["bytes_per_frame"] / r["generation_ms_per_frame"] / 1e6
     r["bandwidth_fraction"] = r["generation_gb_per_s"] / bandwidth
     for stage in ("talker", "predictor"):
@@ -244,7 +245,7 @@ def format_speed(r: dict[str, Any]) -> str:
         row(f"{stage} GB/s", [x.get(f"{stage}_gb_per_s") for x in res], 1)
         row("of bandwidth", [x.get(f"{stage}_bandwidth_fraction") for x in res], 2)
     row("vocoder GFLOP/s", [x.get("vocoder_gflop_per_s") for x in res], 1)
-    row("of sgemm peak", [x.get("vocoder_peak_fraction") for x in res], 2)
+    row("of FP32 sgemm", [x.get("vocoder_peak_fraction") for x in res], 2)
     if "reference" in r:  # how many times faster than the reference, same run
         ref = r["reference"]
         for k, label in (("generation_ms_per_frame", "generation"), ("vocoder_ms_per_frame", "vocoder"),
