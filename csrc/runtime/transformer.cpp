@@ -360,6 +360,10 @@ struct LayerBuilder {
     ggml_tensor * attend_one(ggml_tensor * q, ggml_tensor * K, ggml_tensor * VT, ggml_tensor * mask, float scale,
                              int il) const {
         const int64_t hd = t.hp.head_dim, nh = t.hp.n_head, nkv = t.hp.n_head_kv, gqa = nh / nkv, lanes = q->ne[2];
+        if (q->ne[1] != nh || q->nb[1] != hd * sizeof(float) || nh % nkv != 0) {
+            fail("%s: one-query attention needs each position's %lld query heads side by side", o.prefix,
+                 static_cast<long long>(nh));
+        }
         ggml_tensor * qg = ggml_view_4d(ctx, q, hd, gqa, nkv, lanes, q->nb[1], gqa * q->nb[1], q->nb[2], 0);
         ggml_tensor * kq = mul_mat(ctx, K, qg);  // [n_kv, gqa, nkv, lanes]
         // the mask [n_kv, 1, 1, lanes] broadcasts over ne2: every head of a lane as one row there
