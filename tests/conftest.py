@@ -88,3 +88,13 @@ def reference_models(fixture_root: Path):
         return cache[name]
 
     return get
+
+
+@pytest.fixture
+def clock_stands_still(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunk pacing's clock stopped (qtts/runtime/pacing.py): no audio is ever played out, so
+    streams keep the plain doubling schedule however loaded the machine is. For the tests that
+    compare where chunks end; tests/qtts/runtime/test_pacing.py checks the pacing itself."""
+    from qtts.runtime import pacing
+
+    monkeypatch.setattr(pacing, "now", lambda: 0.0)

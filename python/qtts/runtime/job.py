@@ -13,6 +13,7 @@ import numpy as np
 from .assembly import Assembly
 from .audio import Audio, AudioChunk
 from .context import ModelContext
+from .pacing import Pacer
 from .request import Request
 from .scheduler_text import StreamedText, TextInput
 
@@ -41,7 +42,7 @@ class Job(TextInput):
         self._slot: int | None = None
         self._stream: int | None = None
         self._pending: list[np.ndarray] = []  # codes of the chunk (eager: the piece) being gathered
-        self._chunk_size = 0
+        self._pacer: Pacer | None = None  # streamed: its chunk sizes, told of each chunk put
         self._text = text  # submit_text: the text as it arrives
         self._waiting = False  # its slot waits for text
         self._wake: Callable[[], None] = lambda: None  # tells the worker something changed
@@ -115,6 +116,8 @@ class Job(TextInput):
         with self._cond:
             if isinstance(item, AudioChunk):
                 self._chunks.append(item)
+                if self._pacer is not None:
+                    self._pacer.heard(len(item.samples) / item.sample_rate)
             self._queue.append(item)
             self._cond.notify_all()
             for loop, ready in self._waiters:

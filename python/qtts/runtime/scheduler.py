@@ -7,10 +7,12 @@ request's chunk to its Job once the chunk is complete, decoded on the request's 
 (the chunks completed in one step decoded together, docs/serving.md "Batched vocoder"; off the
 CPU while the next step runs, scheduler_vocoder.py).
 Chunks follow Model.stream's schedule: the first is `first_chunk_frames` frames, later ones
-double up to `max_chunk_frames`; a request's chunks are those Model.stream gives for the same
-arguments and seed. The worker takes the engine lock once per operation, so eager Model calls
-from other threads run in between. A streamed-text job (submit_text) is fed its text between
-steps and sits out the frames whose text has not come (scheduler_text.py).
+double up to `max_chunk_frames`, cut short where the listener would otherwise run out of
+audio (pacing.py); a request's samples are those Model.stream gives for the same arguments
+and seed, and so are its chunks while both keep well ahead of real time. The worker takes the
+engine lock once per operation, so eager Model calls from other threads run in between. A
+streamed-text job (submit_text) is fed its text between steps and sits out the frames whose text
+has not come (scheduler_text.py).
 """
 from __future__ import annotations
 
@@ -22,10 +24,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import pacing
 from .config import check_int
 from .context import ModelContext
 from .engine import Batch
 from .job import Job
+from .pacing import Pacer
 from .request import MAX_CHUNK_FRAMES, STREAMED_TEXT, build_request
 from .scheduler_text import StreamedText, pump
 from .scheduler_vocoder import Emit, Failures, StreamVocoder
@@ -122,6 +126,7 @@ class Scheduler:
             pipelined_vocoder = self._engine.ops == "portable" and not self._engine.device.upper().startswith("CPU")
         self._voc = StreamVocoder(self._engine, pipelined_vocoder)
         self._emits: list[Emit] = []  # chunks waiting for the step's batched decode (worker only)
+        self._round_s = 0.0  # a round of the worker's loop that steps, recent ones weighing most
         self._pieces: list[_Piece] = []  # eager pieces waiting for it likewise
         self._worker = threading.Thread(target=self._run, name="qtts-scheduler", daemon=True)
         self._worker.start()
@@ -195,6 +200,8 @@ class Scheduler:
         streamed = StreamedText(self._ctx, req, args["split_sentences"]) if text is STREAMED_TEXT else None
         job = Job(self._ctx, req, eager, streamed)
         job._wake = self._wake
+        if not eager:
+            job._pacer = Pacer(self._first, self._most)
         with self._lock:
             if self._closing:
                 raise SchedulerClosed("the scheduler is closed")
@@ -247,6 +254,7 @@ class Scheduler:
                     self._queue.remove(job)
                     admit.append(job)
                 self._admitting = len(admit)
+            round_start = pacing.now()
             for job in admit:
                 self._start(job)
             self._cancel_waiting()
@@ -255,6 +263,9 @@ class Scheduler:
                 running = dict(self._running)
             if any(not job._waiting for job in running.values()):
                 self._step(running)
+                # a round: admissions, the step and its chunks' decode (the latest weighs most)
+                took = pacing.now() - round_start
+                self._round_s = took if self._round_s == 0.0 else 0.5 * (self._round_s + took)
             else:
                 self._drop({slot: job for slot, job in running.items() if self._is_cancelled(job)})
                 self._barrier()  # the chunks so far out before the wait
@@ -318,7 +329,9 @@ class Scheduler:
             self._fail(job, e)
             return
         job._waiting = False
-        job._slot, job._chunk_size, job._pending = slot, self._first, []
+        job._slot, job._pending = slot, []
+        if job._pacer is not None:
+            job._pacer.start_piece()
         with self._lock:
             self._running[slot] = job
 
@@ -391,9 +404,12 @@ class Scheduler:
             job._pending.append(codes)
         n = sum(len(c) for c in job._pending)
         if reason is None:
-            if not job._eager and n >= job._chunk_size:
+            # what waits for the next chance is heard a round from now, or two where the vocoder
+            # is pipelined, plus a round to spare for one longer than most (a prefill; pacing.py)
+            rounds = 3 if self._voc.pipelined else 2
+            if job._pacer is not None and job._pacer.due(n, rounds * self._round_s):
                 self._emit(job, None)
-                job._chunk_size = min(2 * job._chunk_size, self._most)
+                job._pacer.cut()
             elif n and job._waiting:  # the audio so far goes out while the text is awaited
                 self._emit(job, None)
             return

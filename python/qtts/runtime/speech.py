@@ -2,7 +2,8 @@
 
 Streaming steps the C++ generation loop a few frames at a time (Python is called per chunk,
 not per frame) and pushes each chunk through the causal streaming decoder; the first chunk is
-one frame for a low time to first audio, later chunks double up to `max_chunk_frames`. What a
+one frame for a low time to first audio, later chunks double up to `max_chunk_frames`, cut
+short where the listener would otherwise run out of audio (pacing.py). What a
 request's pieces add up to (pauses, stop reason, timings, an ICL voice's cut) is assembly.py's.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .assembly import Assembly
 from .audio import Audio, AudioChunk, Timings
 from .context import ModelContext
 from .engine import Generated, SessionHandle
+from .pacing import Pacer
 from .pipeline import Vocoder
 from .prompt import Prompt, build_prompt
 from .request import Request
@@ -131,38 +133,23 @@ def synthesize_pipelined(ctx: ModelContext, s: SessionHandle, req: Request, prog
     return asm.audio()
 
 
-def _chunk_sizes(first: int, most: int) -> Iterator[int]:
-    """The stream's steps: `first` frames, then doubling up to `most`."""
-    n = first
-    while True:
-        yield n
-        n = min(2 * n, most)
-
-
-def chunk_sizes(first_chunk_frames: int, max_chunk_frames: int) -> Iterator[int]:
-    """A stream's steps, checked: `first_chunk_frames` frames, then doubling up to `max_chunk_frames`."""
-    if not 1 <= first_chunk_frames <= max_chunk_frames:
-        raise ValueError("need 1 <= first_chunk_frames <= max_chunk_frames")
-    return _chunk_sizes(first_chunk_frames, max_chunk_frames)
-
-
 def stream(ctx: ModelContext, s: SessionHandle, req: Request, *, first_chunk_frames: int = 1,
            max_chunk_frames: int = 8, timings: Timings | None = None, vocoder_threads: int = 0) -> Iterator[AudioChunk]:
     """Chunks as they are produced; closing the iterator stops the generation. With
     vocoder_threads, each chunk is vocoded on the second session while the next is generated
     (docs/serving.md, "Pipelined streaming"); the samples are the same."""
-    chunk_sizes(first_chunk_frames, max_chunk_frames)
+    pacer = Pacer(first_chunk_frames, max_chunk_frames)
     asm = Assembly(ctx, req, timings, vocoder_threads)
     voc = asm.vocoder = Vocoder(s, vocoder_threads)
     try:
         for i in range(len(req.pieces)):
             asm.start_stream(voc)
-            steps = generate_piece(ctx, s, req, i, asm.timings,
-                                   voc.paced(chunk_sizes(first_chunk_frames, max_chunk_frames)))
-            yield from asm.stream_piece(voc, steps, lambda reason: asm.is_last(i, reason))  # noqa: B023 (used now)
+            pacer.start_piece()
+            steps = generate_piece(ctx, s, req, i, asm.timings, voc.paced(pacer.sizes()))
+            yield from pacer.handing(asm.stream_piece(voc, steps, lambda reason: asm.is_last(i, reason)))  # noqa: B023
             if asm.finished:
                 return
-            yield asm.pause_chunk()
+            yield from pacer.handing([asm.pause_chunk()])
     finally:
         voc.close()
 

@@ -22,10 +22,10 @@ from .audio import AudioChunk, Timings
 from .config import GenerationConfig
 from .context import ModelContext
 from .engine import Generated, SessionHandle
+from .pacing import Pacer
 from .pipeline import Vocoder
 from .prompt import build_prompt
 from .request import Request
-from .speech import chunk_sizes
 from .text import SplitSentences
 from .text_stream import TextFeed, final_text_ids, known_pieces
 
@@ -166,7 +166,7 @@ def stream_text(ctx: ModelContext, s: SessionHandle, req: Request, feed: TextFee
     split as the text settles them; closing the iterator stops the generation. A chunk that ends
     a piece before the text tells whether another follows carries no stop reason; an empty last
     chunk then carries it."""
-    chunk_sizes(first_chunk_frames, max_chunk_frames)
+    pacer = Pacer(first_chunk_frames, max_chunk_frames)
     text = _Text(feed, split_sentences)
     asm = Assembly(ctx, req, timings, vocoder_threads, last_piece=text.is_last)
     voc = asm.vocoder = Vocoder(s, vocoder_threads)
@@ -184,11 +184,12 @@ def stream_text(ctx: ModelContext, s: SessionHandle, req: Request, feed: TextFee
                     raise ValueError("text is empty")
                 break
             if i:
-                yield asm.pause_chunk()
+                yield from pacer.handing([asm.pause_chunk()])
             asm.start_stream(voc)
-            steps = piece.steps(voc.paced(chunk_sizes(first_chunk_frames, max_chunk_frames)))
+            pacer.start_piece()
+            steps = piece.steps(voc.paced(pacer.sizes()))
             try:
-                yield from asm.stream_piece(voc, steps, lambda r: asm.is_last(i, r))  # noqa: B023 (used now)
+                yield from pacer.handing(asm.stream_piece(voc, steps, lambda r: asm.is_last(i, r)))  # noqa: B023
             except _Cancelled:
                 asm.end_piece("cancelled")
                 break

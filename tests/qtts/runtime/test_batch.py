@@ -257,6 +257,7 @@ def test_icl_voice_batch_equals_synthesize(base: qtts.Model, base_portable: qtts
         np.testing.assert_array_equal(audio.samples, base.synthesize(text, voice=v, seed=4, max_new_tokens=15).samples)
 
 
+@pytest.mark.usefixtures("clock_stands_still")
 def test_scheduler_chunks_equal_model_stream(base: qtts.Model, voices: dict[str, qtts.Voice]) -> None:
     reqs = [dict(text=TEXTS[0], voice=voices["icl"], seed=1, max_new_tokens=20),
             dict(text=TEXTS[2] + " " + TEXTS[0], voice=voices["xvec"], seed=2, max_new_tokens=9, split_sentences=40),
@@ -328,6 +329,7 @@ def test_cancel_takes_no_more_engine_work(cv: qtts.Model, monkeypatch: pytest.Mo
         assert len(audio.samples) == len(audio.codes) * 1920  # the codes kept are those whose audio was sent
 
 
+@pytest.mark.usefixtures("clock_stands_still")
 def test_async_iteration_and_close_cancel(cv: qtts.Model) -> None:
     kw = dict(speaker="ryan", seed=5, max_new_tokens=12)
     want = list(cv.stream(TEXTS[0], **kw))

@@ -58,11 +58,13 @@ def _same(serial: qtts.Model, piped: qtts.Model, **kw: object) -> None:
     assert not _vocoder_threads_alive()
 
 
+@pytest.mark.usefixtures("clock_stands_still")
 def test_pipelined_equals_serial_custom_voice(cv: tuple[qtts.Model, qtts.Model]) -> None:
     # four pieces with pauses between them, sampled (a seed), generation on 1 or 2 threads per step
     _same(*cv, speaker="ryan", seed=7, split_sentences=20, **FRAMES)
 
 
+@pytest.mark.usefixtures("clock_stands_still")
 def test_pipelined_equals_serial_icl_clone(base: tuple[qtts.Model, qtts.Model]) -> None:
     serial, piped = base
     voice = serial.create_voice((_clip(24000, 1), 24000), REF_TEXT)

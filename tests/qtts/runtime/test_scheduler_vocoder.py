@@ -34,6 +34,7 @@ def cv(gguf_dir: Path) -> qtts.Model:
     return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2)
 
 
+@pytest.mark.usefixtures("clock_stands_still")
 def test_pipelined_chunks_equal_model_stream(base: qtts.Model) -> None:
     icl = base.create_voice((_clip(24000, 1), 24000), "The quick brown fox jumps.")
     xvec = base.create_voice((_clip(30000, 2), 24000), x_vector_only_mode=True)
@@ -50,6 +51,7 @@ def test_pipelined_chunks_equal_model_stream(base: qtts.Model) -> None:
         assert job.done and job.timings.vocoder_ms_per_frame > 0
 
 
+@pytest.mark.usefixtures("clock_stands_still")
 def test_pipelined_cancel_and_streamed_text(cv: qtts.Model) -> None:
     kw = dict(speaker="ryan", seed=5, max_new_tokens=16)
     want = list(cv.stream(TEXTS[2], non_streaming_mode=False, **kw))
@@ -67,6 +69,7 @@ def test_pipelined_cancel_and_streamed_text(cv: qtts.Model) -> None:
     assert rest[-1].stop_reason == "cancelled" and long.stop_reason == "cancelled"
 
 
+@pytest.mark.usefixtures("clock_stands_still")
 def test_pipelined_push_failure_reaches_its_consumer(cv: qtts.Model, monkeypatch: pytest.MonkeyPatch) -> None:
     """A push that fails in the vocoder's thread fails the jobs it carried (at the worker's next
     barrier); the Scheduler goes on."""

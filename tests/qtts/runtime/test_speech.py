@@ -58,6 +58,7 @@ def test_synthesize_is_codes_then_decode(cv: qtts.Model, tmp_path: Path) -> None
         audio.save(tmp_path / "a.mp3")
 
 
+@pytest.mark.usefixtures("clock_stands_still")
 def test_stream_equals_synthesize(cv: qtts.Model) -> None:
     kwargs = dict(speaker="vivian", seed=11, max_new_tokens=20)
     eager = cv.synthesize(TEXT, **kwargs)
