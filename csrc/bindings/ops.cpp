@@ -482,6 +482,12 @@ void qtts::bind_ops(py::module_ & mod) {
         py::arg("w"), py::arg("type"), py::arg("x"), py::kw_only(), py::arg("n_threads") = 1, py::arg("packed") = false,
         "As matmul, always through the quantized matmul's kernel for the SIMD path in effect; packed: with the "
         "Q8_0 weights packed first, as a model's are on a CPU with AVX-512 VNNI (ValueError where they cannot be).");
+    m.def(
+        "qmatmul_vectorized", [](const std::string & type) { return qmatmul_vectorized(weight_type(type)); },
+        py::arg("type"),
+        "Whether matmul() takes the quantized matmul for host weights of this type on the SIMD path in effect "
+        "(a vectorized kernel exists: Q8_0 on AVX2, AVX-512 VNNI or NEON, the K-quants on AVX-512 VNNI); "
+        "otherwise it takes ggml's mul_mat.");
     m.def("q8_0_packs", &qmatmul_packs_q8_0,
           "Whether this CPU packs Q8_0 weights for the quantized matmul (x86 with AVX-512 VNNI).");
     m.def("time_conv_gemm", &time_conv_gemm, py::arg("xp"), py::arg("w"), py::arg("n"), py::kw_only(),

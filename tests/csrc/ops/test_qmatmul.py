@@ -12,7 +12,8 @@ Q6_K weights quantized by ggml and dequantized by gguf-py:
 * packed Q4_K and Q6_K weights (x86 with AMX, rows in blocks of 16): against numpy; columns
   independent across the switch from vpdpbusd to tiles at 4 columns; the avx512 path (vpdpbusd
   only) bit for bit the amx path; the plain C++ kernel's result below avx512;
-* matmul() routes host weights to it on the native path and to ggml's mul_mat on the ggml path;
+* matmul() routes host weights to it on the native path where a vectorized kernel exists for the
+  type and to ggml's mul_mat otherwise and on the ggml path;
 * bad arguments get a ValueError naming them.
 
 Shapes: N = 37 rows (not a multiple of the row tiles or of the thread count), Q8_0 rows of 45
@@ -140,7 +141,15 @@ def test_matmul_takes_the_native_kernel_by_default(type_name: str) -> None:
     theirs = matmul_on("ggml", lambda: ops.matmul(c.w, type_name, c.x[:3]))
     native = ops.matmul(c.w, type_name, c.x[:3])
     assert not np.array_equal(ours, theirs)
-    np.testing.assert_array_equal(native, ours)
+    # on a CPU with no vectorized kernel for the type (the K-quants below AVX-512 VNNI) the
+    # native path keeps ggml's mul_mat, which is faster than the scalar kernel
+    np.testing.assert_array_equal(native, ours if ops.qmatmul_vectorized(type_name) else theirs)
+
+
+def test_which_types_have_a_vectorized_kernel() -> None:
+    assert ops.qmatmul_vectorized("q8_0") == any(p in PATHS for p in ("avx2", "neon"))
+    for type_name in ("q4_k", "q6_k"):
+        assert ops.qmatmul_vectorized(type_name) == ("avx512" in PATHS and ops.q8_0_packs())
 
 
 def test_the_matmul_path_switch() -> None:
