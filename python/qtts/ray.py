@@ -24,6 +24,7 @@ import numpy as np
 
 from .bulk.manifest import FIELDS, Item, parse_item
 from .bulk.synth import Finished, Synth, describe
+from .runtime import options
 
 
 def plain(value: Any) -> Any:
@@ -36,20 +37,22 @@ def plain(value: Any) -> Any:
 
 
 class Synthesizer:
-    """map_batches callable: constructor kwargs model, n_threads, ops, device, max_batch, huge_pages and
+    """map_batches callable: constructor kwargs model, max_batch, qtts.load's keyword arguments
+    (n_threads, device, ops, precision, huge_pages, ...: runtime/options.py, LoadOptions) and
     defaults for any manifest field (speaker="ryan", max_new_tokens=600, ...) that a row leaves
     out or null."""
 
-    def __init__(self, model: str, n_threads: int | None = None, ops: str = "auto", device: str = "auto",
-                 max_batch: int = 8, huge_pages: bool = True, **defaults: Any) -> None:
-        from .runtime.model import load
+    def __init__(self, model: str, max_batch: int = 8, **kwargs: Any) -> None:
+        from .runtime.model import open_model
 
+        load_options = options.LoadOptions.take(kwargs)
+        defaults = kwargs
         unknown = sorted(k for k in defaults if k not in FIELDS or k in ("id", "text"))
         if unknown:
             raise TypeError(f"unexpected default(s) {', '.join(unknown)}; defaults are manifest fields "
                             f"other than id and text: {', '.join(FIELDS[2:])}")
         self.defaults = defaults
-        self._synth = Synth(load(model, n_threads=n_threads, device=device, ops=ops, huge_pages=huge_pages), max_batch)
+        self._synth = Synth(open_model(model, load_options), max_batch)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         n = len(next(iter(batch.values()))) if batch else 0

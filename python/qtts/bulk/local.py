@@ -15,10 +15,11 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import QttsError
+from ..runtime.options import LoadOptions
 from .manifest import Item
 from .synth import Finished, Synth
 
@@ -28,19 +29,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """How every worker loads the model: a path (or a repo id, through qtts.load's cache)."""
+    """How every worker loads the model: a path (or a repo id, through qtts.load's cache) and the
+    load options, carried whole (runtime/options.py)."""
     model: str
-    n_threads: int | None = None
-    device: str = "auto"
-    ops: str = "auto"
-    huge_pages: bool = True
-    precision: str = "auto"
+    options: LoadOptions = field(default_factory=LoadOptions)
 
     def load(self) -> Model:
-        from ..runtime.model import load
+        from ..runtime.model import open_model
 
-        return load(self.model, n_threads=self.n_threads, device=self.device, ops=self.ops,
-                    huge_pages=self.huge_pages, precision=self.precision)
+        return open_model(self.model, self.options)
+
+    def with_threads(self, n_threads: int) -> ModelSpec:
+        return replace(self, options=replace(self.options, n_threads=n_threads))
 
 
 def split_threads(total: int | None, workers: int) -> int:
@@ -155,7 +155,7 @@ class JobsRunner:
     """`jobs` worker processes, the threads split between them."""
 
     def __init__(self, spec: ModelSpec, jobs: int, max_batch: int) -> None:
-        self.spec = replace(spec, n_threads=split_threads(spec.n_threads, jobs))
+        self.spec = spec.with_threads(split_threads(spec.options.n_threads, jobs))
         self.jobs, self.max_batch = jobs, max_batch
         self.memory: dict[int, dict[str, float]] = {}
 

@@ -11,18 +11,21 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime import config
-from ..runtime.config import check_seed, check_setting, parse_frame_budget
+from ..runtime.config import check_setting, parse_frame_budget
+from ..runtime.options import RequestOptions, specs_of
 
-# The fields an item may carry: qwen-tts's names for the request arguments and sampling settings.
-TEXT_FIELDS = ("speaker", "language", "instruct", "ref_text")
-PATH_FIELDS = ("voice", "ref_audio")
+# The fields an item may carry: qwen-tts's names for the request options declared as manifest
+# fields (runtime/options.py) and the sampling settings. Text fields are checked as text, path
+# fields name files (voice files, reference clips), value fields by the option's own check.
+REQUEST_FIELDS = {name: spec.manifest for name, spec in specs_of(RequestOptions).items() if spec.manifest}
+TEXT_FIELDS = tuple(k for k, kind in REQUEST_FIELDS.items() if kind == "text")
+PATH_FIELDS = tuple(k for k, kind in REQUEST_FIELDS.items() if kind == "path")
 
 
 def fields() -> tuple[str, ...]:
     """Every manifest field: the request's, then every declared generation setting
     (config.SETTING_SPECS, read when called)."""
-    return ("id", "text", *TEXT_FIELDS, *PATH_FIELDS, "x_vector_only_mode", "seed", "frame_budget",
-            *config.SETTING_SPECS)
+    return ("id", "text", *REQUEST_FIELDS, *config.SETTING_SPECS)
 
 
 FIELDS = fields()
@@ -57,19 +60,18 @@ class Item:
         return self.ref_audio, self.ref_text, self.x_vector_only_mode
 
     def request(self) -> dict[str, Any]:
-        """Model.synthesize's keyword arguments, the voice (voice / ref_audio) excepted."""
-        return dict(speaker=self.speaker, language=self.language, instruct=self.instruct, seed=self.seed,
-                    frame_budget=self.frame_budget, **self.sampling)
+        """Model.synthesize's keyword arguments, the voice (voice / ref_audio and its clip's
+        ref_text and mode: Synth encodes each clip once) excepted."""
+        voice = (*PATH_FIELDS, "ref_text", "x_vector_only_mode")
+        return {**{k: getattr(self, k) for k in REQUEST_FIELDS if k not in voice}, **self.sampling}
 
     def row(self) -> dict[str, Any]:
         """Every manifest field, flat (None where not given): a Ray Data row with one schema for all
         items. frame_budget is a string ("auto", "none" or a number) so that its column has one type."""
-        fb = self.frame_budget
-        return dict(id=self.id, text=self.text, speaker=self.speaker, language=self.language, instruct=self.instruct,
-                    voice=self.voice, ref_audio=self.ref_audio, ref_text=self.ref_text,
-                    x_vector_only_mode=self.x_vector_only_mode, seed=self.seed,
-                    frame_budget="none" if fb is None else str(fb),
-                    **{k: self.sampling.get(k) for k in config.SETTING_SPECS})
+        row = dict(id=self.id, text=self.text, **{k: getattr(self, k) for k in REQUEST_FIELDS},
+                   **{k: self.sampling.get(k) for k in config.SETTING_SPECS})
+        row["frame_budget"] = "none" if self.frame_budget is None else str(self.frame_budget)
+        return row
 
 
 @dataclass(frozen=True)
@@ -143,14 +145,13 @@ def parse_item(obj: Any, line: int, base: Path | None = None, defaults: dict[str
             if not p.is_file():
                 raise FileNotFoundError(f"{name} {str(p)!r}: no such file")
             kw[name] = str(p)
-    if "x_vector_only_mode" in given:
-        if not isinstance(given["x_vector_only_mode"], bool):
-            raise TypeError(f"x_vector_only_mode must be true or false, got {given['x_vector_only_mode']!r}")
-        kw["x_vector_only_mode"] = given["x_vector_only_mode"]
-    if "seed" in given:
-        kw["seed"] = check_seed(_integral("seed", given["seed"]))
-    if "frame_budget" in given:
-        kw["frame_budget"] = parse_frame_budget(given["frame_budget"])
+    for name, kind in REQUEST_FIELDS.items():
+        if kind == "value" and name in given:
+            value = _integral(name, given[name])
+            check = specs_of(RequestOptions)[name].check
+            if check is not None:
+                check(name, value)
+            kw[name] = parse_frame_budget(value) if name == "frame_budget" else value
     kw["sampling"] = {k: check_setting(k, _integral(k, given[k])) for k in config.SETTING_SPECS if k in given}
     _check_voice_fields(kw)
     return Item(**kw)

@@ -31,9 +31,15 @@ def import_ray() -> Any:
 
 class RayRunner:
     def __init__(self, spec: ModelSpec, jobs: int, max_batch: int, address: str | None = None) -> None:
-        self.threads = split_threads(spec.n_threads, jobs)
+        self.threads = split_threads(spec.options.n_threads, jobs)
         self.spec, self.jobs, self.max_batch, self.address = spec, jobs, max_batch, address
         self.memory: dict[int, dict[str, float]] = {}
+
+    def actor_kwargs(self) -> dict[str, Any]:
+        """qtts.ray.Synthesizer's constructor arguments: every load option, each actor with its
+        share of the threads."""
+        return dict(model=self.spec.model, max_batch=self.max_batch,
+                    **self.spec.with_threads(self.threads).options.kwargs())
 
     def run(self, items: list[Item]) -> Iterator[Finished]:
         ray = import_ray()
@@ -58,8 +64,7 @@ class RayRunner:
         warnings.filterwarnings("ignore", message="The minimum number of concurrent actors", category=UserWarning)
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
-        kwargs = dict(model=self.spec.model, n_threads=self.threads, ops=self.spec.ops, device=self.spec.device,
-                      max_batch=self.max_batch, huge_pages=self.spec.huge_pages)
+        kwargs = self.actor_kwargs()
         blocks = min(len(items), max(self.jobs, -(-len(items) // self.max_batch)))  # a block per batch
         ds = ray.data.from_items([item.row() for item in items], override_num_blocks=blocks)
         ds = ds.map_batches(Synthesizer, fn_constructor_kwargs=kwargs,

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..runtime.model import OPS
-from .args import CliError, UsageError, checked, utf8
-from .args import threads as threads_arg
-from .common import add_device_arguments, check_input_file, model_path
+from ..runtime import options
+from ..runtime.options import BATCH, RequestOptions, add_arguments
+from .args import CliError, UsageError, checked
+from .common import add_load_arguments, check_input_file, model_path
 from .speak import _check_output_dir, _need_soundfile, add_sampling_arguments, sampling
 
 MAX_JOBS = 256
@@ -85,7 +85,7 @@ def _runner(args: argparse.Namespace) -> Any:
         from ..runtime.engine import Engine
 
         Engine.metadata(path)
-    spec = ModelSpec(path, args.threads, args.device, args.ops, not args.no_huge_pages, args.precision)
+    spec = ModelSpec(path, options.LoadOptions.from_args(args))
     if args.ray:
         from ..bulk.rayrun import RayRunner
 
@@ -118,14 +118,9 @@ def add_parser(sub: Any) -> None:
                    help="items stepped together in each worker (continuous batching; default 8)")
     w.add_argument("--ray", action="store_true", help="run through Ray Data (pip install 'qtts[ray]')")
     w.add_argument("--address", help="with --ray: join this Ray cluster (default: start a local one)")
-    w.add_argument("-t", "--threads", type=threads_arg, help="CPU threads in all (default: the physical cores)")
-    add_device_arguments(w)  # --no-huge-pages: the mapped weights are shared by --jobs workers
-    w.add_argument("--ops", default="auto", choices=OPS,
-                   help="the audio networks' and the attention's ops (default: auto)")
+    add_load_arguments(w, BATCH)  # -t is split between the workers; --no-huge-pages shares the mapped weights
     v = s.add_argument_group("defaults for the items (a manifest field overrides them)")
-    v.add_argument("--speaker", type=utf8, help="speaker name (custom_voice models)")
-    v.add_argument("--language", type=utf8, help="language (default: auto)")
-    v.add_argument("--instruct", type=utf8, help="voice / style instruction")
+    add_arguments(v, RequestOptions, BATCH)  # --speaker, --language, --instruct
     v.add_argument("--voice", metavar="FILE", help="a voice file from `qtts-cli voice create` (base models)")
     add_sampling_arguments(s, split=False)
     r = s.add_argument_group("reporting")

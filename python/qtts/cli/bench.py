@@ -10,9 +10,10 @@ from typing import Any
 
 from ..bench.common import TYPES
 from ..bench.serve import BATCHES, parse_batches
+from ..runtime.options import BENCH
 from .args import checked
 from .args import vocoder_threads as vocoder_threads_arg
-from .common import add_precision_argument
+from .common import add_load_arguments
 
 # command -> (module of qtts.bench, its run and format functions)
 COMMANDS = {"speed": ("speed", "run_speed", "format_speed"), "memory": ("memory", "run_memory", "format_memory"),
@@ -56,14 +57,14 @@ def add_parser(sub: Any) -> None:
         if name == "quality":
             p.add_argument("--frames", type=int, default=50, help="greedy frames compared (teacher-forced)")
         if name == "memory":
-            add_precision_argument(p)
+            add_load_arguments(p, BENCH)
         p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (default 2)")
         p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
         _tail(p)
         if name == "speed":
             p.add_argument("--frames", type=int, default=100, help="frames generated (EOS masked; 12.5 per second)")
             p.add_argument("--device", default="cpu", help=DEVICE_HELP)
-            add_precision_argument(p)
+            add_load_arguments(p, BENCH)
             p.add_argument("--compare-reference", action="store_true",
                            help="run the official qwen-tts (fp32) on the same weights in this run")
             p.add_argument("--matmul", choices=["native", "ggml"], default="native",
@@ -118,7 +119,7 @@ def add_parser(sub: Any) -> None:
                    help="frames per request (max_new_tokens; 12.5 per second; default 24)")
     p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (default 2)")
     p.add_argument("--device", default="cpu", help=DEVICE_HELP)
-    add_precision_argument(p)
+    add_load_arguments(p, BENCH)
     p.add_argument("--pipelined-vocoder", action=argparse.BooleanOptionalAction, default=None,
                    help="the server's vocoder pipelined with the generation or between steps (default: as "
                         "qtts-cli serve, on off the CPU)")
@@ -137,7 +138,7 @@ def add_parser(sub: Any) -> None:
                                                           "streams instead (and -t threads; docs/serving.md)")
     p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads of --streams (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and items (default 0)")
-    add_precision_argument(p)
+    add_load_arguments(p, BENCH)
     _tail(p)
 
 

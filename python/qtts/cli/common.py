@@ -7,32 +7,22 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..runtime.model import PRECISIONS
+from ..runtime import options
 from .args import CliError
 from .progress import tensor_log
 
 
-def add_precision_argument(p: argparse._ActionsContainer) -> None:
-    p.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="the arithmetic: exact (F32) or fast (a GPU's TF32/BF16 products where ggml picks them; "
-                        "on a CPU with AMX the vocoder's convs in BF16); default: auto, fast except for an F32 "
-                        "file on the CPU (docs/gpu.md)")
+def add_load_arguments(p: argparse._ActionsContainer, command: str) -> None:
+    """The load options `command` takes as flags (runtime/options.py, LoadOptions)."""
+    options.add_arguments(p, options.LoadOptions, command)
 
 
-def add_device_arguments(p: argparse._ActionsContainer) -> None:
-    """--device, --precision and --no-huge-pages, as speak, serve and batch take them."""
-    p.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
-    add_precision_argument(p)
-    p.add_argument("--no-huge-pages", action="store_true",
-                   help="keep the streamed weights mapped from the file (shared with other processes) instead of "
-                        "reading them into huge pages")
+def load_model(args: argparse.Namespace, **given: Any) -> Any:
+    """qtts.load with the command's load options (`given` over its flags), where a repo id's
+    one-time conversion reports like `convert` does."""
+    from ..runtime.model import open_model
 
-
-def load_model(args: argparse.Namespace, **kw: Any) -> Any:
-    """qtts.load, where a repo id's one-time conversion reports like `convert` does."""
-    from .. import load
-
-    return load(model_path(args), **kw)
+    return open_model(model_path(args), options.LoadOptions.from_args(args, **given))
 
 
 def model_path(args: argparse.Namespace) -> str:

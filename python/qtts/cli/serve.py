@@ -11,9 +11,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..runtime.options import SERVE
 from .args import checked
-from .args import threads as threads_arg
-from .common import add_device_arguments, load_model
+from .common import add_load_arguments, load_model
 
 FORCE_AFTER_S = 10  # after --shutdown-timeout, uvicorn cancels what still runs (nothing, normally)
 
@@ -54,8 +54,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--shutdown-timeout", type=checked(float, _grace), default=30.0, metavar="SECONDS",
                    help="on SIGINT/SIGTERM, let requests in flight finish for this long, then cancel them "
                         "(default: 30)")
-    p.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
-    add_device_arguments(p)
+    add_load_arguments(p, SERVE)
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     p.set_defaults(func=run)
 
@@ -89,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and args.api_key is None:
         print(f"qtts-cli serve: warning: listening on {args.host} without --api-key: anyone who can reach "
               "this address can use the server", file=sys.stderr)
-    model = load_model(args, n_threads=args.threads, device=args.device, huge_pages=not args.no_huge_pages,
-                       precision=args.precision)
+    model = load_model(args)
     max_batch = default_limits(model)[0] if args.max_batch is None else args.max_batch
     max_queue = QUEUE_PER_SLOT * max_batch if args.max_queue is None else args.max_queue
     scheduler = Scheduler(model, max_batch=max_batch, max_queue=max_queue, pipelined_vocoder=args.pipelined_vocoder)

@@ -16,14 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..runtime import config
-from ..runtime.model import OPS
+from ..runtime.options import SPEAK, RequestOptions, add_arguments
 from ..runtime.text import SPLIT_ABOVE_CHARS
 from .args import CliError, decode_text, frame_budget, utf8
 from .args import seed as seed_arg
 from .args import setting as setting_arg
-from .args import threads as threads_arg
-from .args import vocoder_threads as vocoder_threads_arg
-from .common import add_device_arguments, check_writable, load_model
+from .common import add_load_arguments, check_writable, load_model
 from .progress import generation_bar
 from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
 
@@ -224,9 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
-    model = load_model(args, n_threads=args.threads, device=args.device, ops=args.ops,
-                       vocoder_threads=args.vocoder_threads, huge_pages=not args.no_huge_pages,
-                       precision=args.precision)
+    model = load_model(args)
     if args.ref_audio is not None:
         voice, clone = clone_voice(model, args)
     elif voice is None and model.variant == "base":
@@ -274,10 +270,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _add_voice_arguments(s: argparse.ArgumentParser) -> None:
     v = s.add_argument_group("voice")
-    v.add_argument("--speaker", type=utf8, help="speaker name (custom_voice models; see `qtts-cli speakers MODEL`)")
-    v.add_argument("--language", type=utf8, default="auto",
-                   help="language (default: auto; see `qtts-cli languages MODEL`)")
-    v.add_argument("--instruct", type=utf8, help="voice / style instruction (voice_design models, 1.7B custom_voice)")
+    add_arguments(v, RequestOptions, SPEAK)  # --speaker, --language, --instruct
     # one source for a base model's voice: a voice file, or a clip encoded once for every line
     source = v.add_mutually_exclusive_group()
     source.add_argument("--voice", metavar="FILE", help="a cloned voice from `qtts-cli voice create` (base models)")
@@ -327,14 +320,7 @@ def add_parser(sub: Any) -> None:
     _add_voice_arguments(s)
     add_sampling_arguments(s)
     r = s.add_argument_group("runtime and reporting")
-    r.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
-    r.add_argument("--vocoder-threads", type=vocoder_threads_arg, default=None, metavar="N|auto",
-                   help="pipelined synthesis: the vocoder on N of the threads while the rest generate (0: serial; "
-                        "default auto: chosen from the first requests' timings)")
-    r.add_argument("--ops", default="auto", choices=OPS,
-                   help="the audio networks' and the attention's ops: native CPU kernels or portable stock "
-                        "ggml ops (default: auto, native on the CPU)")
-    add_device_arguments(r)
+    add_load_arguments(r, SPEAK)
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",
                    help="print a JSON report on stdout (on stderr when the audio goes to stdout)")

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..runtime.model import OPS
+from ..runtime.options import VOICE
 from .args import CliError, utf8
-from .args import threads as threads_arg
-from .common import check_input_file, check_writable, load_model
+from .common import add_load_arguments, check_input_file, check_writable, load_model
 from .progress import busy
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
@@ -66,7 +65,7 @@ def create(args: argparse.Namespace) -> int:
     import soundfile as sf
 
     # the encoders only: the talker's weights stay mapped
-    model = load_model(args, n_threads=args.threads, device=args.device, ops=args.ops, huge_pages=False)
+    model = load_model(args, huge_pages=False)
     voice, clone = clone_voice(model, args)
     out = voice.save(args.output)
     seconds = sf.info(args.ref_audio).duration  # create_voice read the file: it is audio
@@ -95,10 +94,7 @@ def add_parser(sub: Any) -> None:
     c.add_argument("-m", "--model", required=True, help="a qtts base-model .gguf file or a Hugging Face repo id")
     add_clone_source(c, c, required=True)
     c.add_argument("-o", "--output", required=True, metavar="FILE", help="the voice file to write (e.g. me.qvoice)")
-    c.add_argument("-t", "--threads", type=threads_arg, help="CPU threads (default: the physical cores)")
-    c.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
-    c.add_argument("--ops", default="auto", choices=OPS,
-                   help="the encoders' ops: native CPU kernels or portable stock ggml ops (default: auto)")
+    add_load_arguments(c, VOICE)
     c.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
     c.set_defaults(func=create)

@@ -3,6 +3,7 @@ the tokenizer."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
@@ -15,37 +16,17 @@ from ..threads import resolve_threads
 from . import cloning, speech, speech_text
 from .audio import Audio, AudioChunk, Timings
 from .compat import QwenTTSCompat
-from .config import check_int
 from .context import ModelContext
 from .engine import Engine, SessionHandle, read_tokenizer
 from .generation import GenerationResult, per_frame_timings
+from .options import LoadOptions, RequestOptions, StreamOptions, batch_size
 from .pipeline import ThreadSplit, check_vocoder_threads
-from .request import MAX_CHUNK_FRAMES, STREAMED_TEXT, build_request
-from .scheduler import MAX_BATCH, Scheduler
+from .request import STREAMED_TEXT, build_request
+from .scheduler import Scheduler
 from .text import SplitSentences
 from .text_stream import TextFeed
 from .tokenizer import Tokenizer, TokenizerData
 from .voice import Voice, VoiceCache
-
-MAX_THREADS = 1024
-OPS = ("auto", "native", "portable")
-# The matrix products' arithmetic on a GPU (docs/kernels.md, "Precision"); "auto" is "fast".
-PRECISIONS = ("auto", "exact", "fast")
-
-
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-
-
-def check_ops(ops: object) -> None:
-    _check_choice("ops", ops, OPS)
-
-
-def check_precision(precision: object) -> None:
-    _check_choice("precision", precision, PRECISIONS)
 
 
 class Model(QwenTTSCompat):
@@ -78,23 +59,21 @@ class Model(QwenTTSCompat):
         the device's TF32/BF16 kernels where ggml picks them, on a CPU with AMX tiles the vocoder's
         convs in BF16 (about 3x faster; docs/kernels.md, "BF16 convs"). "auto" is fast, except
         for an F32 file on the CPU. Process-wide on a GPU (docs/gpu.md, "Precision")."""
+        self._open(path, LoadOptions.of(locals()))
+
+    def _open(self, path: str | os.PathLike[str], opts: LoadOptions) -> None:
+        """Load the file with options packed and checked once (LoadOptions)."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-        if not isinstance(device, str):
-            raise TypeError(f"device must be a str, got {type(device).__name__}")
-        check_ops(ops)
-        check_precision(precision)
-        if not isinstance(huge_pages, bool):
-            raise TypeError(f"huge_pages must be a bool, got {type(huge_pages).__name__}")
-        if n_threads is not None:
-            check_int("n_threads", n_threads, 1, MAX_THREADS)
         self.path = Path(path)
         check_gguf_path(self.path)
-        self.n_threads = resolve_threads(n_threads)
-        check_vocoder_threads(vocoder_threads, self.n_threads)
-        self.engine = Engine(str(self.path), device, self.n_threads, ops, huge_pages, precision)
-        self._split = ThreadSplit(self.n_threads, vocoder_threads, self.engine.device == "CPU")
+        self.options = opts
+        self.n_threads = resolve_threads(opts.n_threads)
+        check_vocoder_threads(opts.vocoder_threads, self.n_threads)
+        self.engine = Engine(str(self.path), opts.device, self.n_threads, opts.ops, opts.huge_pages, opts.precision)
+        self._split = ThreadSplit(self.n_threads, opts.vocoder_threads, self.engine.device == "CPU")
         tokenizer = Tokenizer.from_data(TokenizerData(*read_tokenizer(str(self.path))))
+        voice_cache = opts.voice_cache
         if voice_cache is True:
             from ..convert.registry import cache_dir
 
@@ -254,9 +233,7 @@ class Model(QwenTTSCompat):
         another thread stops the loop within one frame (KeyboardInterrupt / stop_reason
         "cancelled").
         """
-        req = build_request(self.context, text, language=language, speaker=speaker, instruct=instruct, voice=voice,
-                            seed=seed, split_sentences=False, frame_budget=frame_budget,
-                            non_streaming_mode=non_streaming_mode, sampling=sampling)
+        req = build_request(self.context, text, RequestOptions.of({**locals(), "split_sentences": False}), sampling)
         with self.engine.session() as s:
             ((codes, stop_reason, raw),) = speech.generate_piece(self.context, s, req, 0, Timings())
         assert stop_reason is not None
@@ -288,10 +265,7 @@ class Model(QwenTTSCompat):
         same with or without it)."""
         if progress is not None and not callable(progress):
             raise TypeError(f"progress must be callable, got {type(progress).__name__}")
-        req = build_request(self.context, text, speaker=speaker, language=language, instruct=instruct, voice=voice,
-                            ref_audio=ref_audio, ref_text=ref_text, x_vector_only_mode=x_vector_only_mode, seed=seed,
-                            split_sentences=split_sentences, frame_budget=frame_budget,
-                            non_streaming_mode=non_streaming_mode, sampling=sampling)
+        req = build_request(self.context, text, RequestOptions.of(locals()), sampling)
         with self.engine.session() as s:
             audio = speech.synthesize(self.context, s, req, progress, self._split.next())
             self._record_split(audio.timings)
@@ -305,7 +279,7 @@ class Model(QwenTTSCompat):
         shared by all."""
         if not isinstance(texts, (list, tuple)):
             raise TypeError(f"texts must be a list of str, got {type(texts).__name__}")
-        check_int("max_batch", max_batch, 1, MAX_BATCH)
+        batch_size("max_batch", max_batch)
         if "progress" in kwargs:
             raise TypeError("synthesize_batch takes no progress callback")
         n = len(texts)
@@ -328,17 +302,10 @@ class Model(QwenTTSCompat):
         stops the generation; the concatenated chunks equal synthesize()'s samples (long text is
         split as there, split_sentences="auto" by default). Pass a
         Timings to have it filled in (time to first audio included) as the stream runs."""
-        check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
-        check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
-        req = build_request(self.context, text, speaker=speaker, language=language, instruct=instruct, voice=voice,
-                            ref_audio=ref_audio, ref_text=ref_text, x_vector_only_mode=x_vector_only_mode, seed=seed,
-                            split_sentences=split_sentences, frame_budget=frame_budget,
-                            non_streaming_mode=non_streaming_mode, sampling=sampling)
-
+        chunking = StreamOptions.of(locals())
+        req = build_request(self.context, text, RequestOptions.of(locals()), sampling)
         t = timings if timings is not None else Timings()
-
-        return self._held_stream(lambda s: speech.stream(self.context, s, req, first_chunk_frames=first_chunk_frames,
-                                                         max_chunk_frames=max_chunk_frames, timings=t,
+        return self._held_stream(lambda s: speech.stream(self.context, s, req, chunking, timings=t,
                                                          vocoder_threads=self._split.next()), t)
 
     def stream_text(self, chunks: Iterable[str], *, speaker: str | None = None, language: str = "auto",
@@ -358,9 +325,7 @@ class Model(QwenTTSCompat):
         if isinstance(chunks, (str, bytes)) or not isinstance(chunks, Iterable):
             raise TypeError(f"chunks must be an iterable of str fragments, got {type(chunks).__name__}")
         feed = TextFeed()
-        inner = self._stream_feed(feed, speaker, language, instruct, voice, ref_audio, ref_text, x_vector_only_mode,
-                                  seed, split_sentences, frame_budget, non_streaming_mode, first_chunk_frames,
-                                  max_chunk_frames, timings, sampling)
+        inner = self._stream_feed(feed, RequestOptions.of(locals()), StreamOptions.of(locals()), timings, sampling)
 
         def chunks_out() -> Iterator[AudioChunk]:
             speech_text.read_into(feed, chunks)
@@ -378,7 +343,9 @@ class Model(QwenTTSCompat):
         if not isinstance(chunks, AsyncIterable):
             raise TypeError(f"chunks must be an async iterable of str fragments, got {type(chunks).__name__}")
         feed = TextFeed()
-        inner = self._stream_feed(feed, *_stream_args(kwargs))
+        timings = kwargs.pop("timings", None)
+        opts, chunking = RequestOptions.take(kwargs), StreamOptions.take(kwargs)
+        inner = self._stream_feed(feed, opts, chunking, timings, kwargs)
         loop = asyncio.get_running_loop()
         out: asyncio.Queue[Any] = asyncio.Queue()
         stop = threading.Event()
@@ -418,30 +385,21 @@ class Model(QwenTTSCompat):
             reader.cancel()
             await asyncio.to_thread(worker.join)
 
-    def _stream_feed(self, feed: TextFeed, speaker: str | None, language: str, instruct: str | None,
-                     voice: Voice | None, ref_audio: Any, ref_text: str | None, x_vector_only_mode: bool,
-                     seed: int | None, split_sentences: SplitSentences, frame_budget: int | str | None,
-                     non_streaming_mode: bool | None, first_chunk_frames: int, max_chunk_frames: int,
-                     timings: Timings | None, sampling: dict[str, Any]) -> Iterator[AudioChunk]:
+    def _stream_feed(self, feed: TextFeed, opts: RequestOptions, chunking: StreamOptions, timings: Timings | None,
+                     sampling: dict[str, Any]) -> Iterator[AudioChunk]:
         """The chunks of text arriving through `feed`, the arguments checked now."""
-        if non_streaming_mode:
+        if opts.non_streaming_mode:
             raise ValueError("streamed text needs non_streaming_mode=False (the text goes in with the frames)")
-        check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
-        check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
-        req = build_request(self.context, STREAMED_TEXT, speaker=speaker, language=language, instruct=instruct,
-                            voice=voice, ref_audio=ref_audio, ref_text=ref_text, x_vector_only_mode=x_vector_only_mode,
-                            seed=seed, split_sentences=split_sentences, frame_budget=frame_budget,
-                            non_streaming_mode=False, sampling=sampling)
+        opts = dataclasses.replace(opts, non_streaming_mode=False)
+        req = build_request(self.context, STREAMED_TEXT, opts, sampling)
         t = timings if timings is not None else Timings()
 
         def chunks() -> Iterator[AudioChunk]:
             self._feeds.add(feed)
             try:
                 yield from self._held_stream(
-                    lambda s: speech_text.stream_text(self.context, s, req, feed, split_sentences,
-                                                      first_chunk_frames=first_chunk_frames,
-                                                      max_chunk_frames=max_chunk_frames, timings=t,
-                                                      vocoder_threads=self._split.next()), t)
+                    lambda s: speech_text.stream_text(self.context, s, req, feed, opts.split_sentences, chunking,
+                                                      timings=t, vocoder_threads=self._split.next()), t)
             finally:
                 self._feeds.discard(feed)
 
@@ -483,17 +441,6 @@ class Model(QwenTTSCompat):
         return f"qtts.Model({str(self.path)!r}, variant={self.variant!r}, size={self.size!r}, device={self.device!r})"
 
 
-_STREAM_ARGS = dict(speaker=None, language="auto", instruct=None, voice=None, ref_audio=None, ref_text=None,
-                    x_vector_only_mode=False, seed=None, split_sentences="auto", frame_budget="auto",
-                    non_streaming_mode=False, first_chunk_frames=1, max_chunk_frames=8, timings=None)
-
-
-def _stream_args(kwargs: dict[str, Any]) -> list[Any]:
-    """stream_text's keyword arguments, in _stream_feed's order, the sampling settings last."""
-    args = [kwargs.pop(k, v) for k, v in _STREAM_ARGS.items()]
-    return [*args, kwargs]
-
-
 def check_gguf_path(path: Path) -> None:
     if path.is_dir():
         raise ValueError(f"{path} is a directory: convert a Hugging Face checkpoint first with "
@@ -504,20 +451,23 @@ def check_gguf_path(path: Path) -> None:
 
 def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
          convert_type: str = "q8_0", ops: str = "auto", vocoder_threads: int | None = None,
-         huge_pages: bool = True, precision: str = "auto") -> Model:
+         huge_pages: bool = True, precision: str = "auto", voice_cache: str | os.PathLike[str] | bool = True) -> Model:
     """Load a qtts GGUF file, or a Hugging Face repo id such as "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice":
     downloaded into the Hugging Face cache (needs the `hub` extra; HF_HUB_OFFLINE is honoured),
     converted once to `convert_type` in the qtts cache ($QTTS_CACHE, default ~/.cache/qtts) and
     reused afterwards. n_threads defaults to the physical cores available; ops picks the audio
     networks' path, vocoder_threads the pipeline's split, huge_pages where the streamed weights
-    live and precision the arithmetic (Model)."""
+    live, precision the arithmetic and voice_cache where cloned voices are kept (Model)."""
+    return open_model(model, LoadOptions.of(locals()), convert_type)  # checked before any download
+
+
+def open_model(model: str | os.PathLike[str], opts: LoadOptions, convert_type: str = "q8_0") -> Model:
+    """load() with its options packed (runtime/options.py): what the command line, the bulk
+    runners and Ray's actors call, carrying the options whole."""
     from ..convert.registry import cache_dir, fetch, is_repo_id
 
     if is_repo_id(model):
         model = fetch(str(model), cache_dir(), convert_type)
-    check_ops(ops)
-    check_precision(precision)
-    if vocoder_threads is not None:
-        check_vocoder_threads(vocoder_threads, MAX_THREADS)
-    return Model(model, n_threads=n_threads, device=device, ops=ops, vocoder_threads=vocoder_threads,
-                 huge_pages=huge_pages, precision=precision)
+    m = Model.__new__(Model)
+    m._open(model, opts)
+    return m

@@ -17,6 +17,7 @@ has not come (scheduler_text.py).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ from .config import check_int
 from .context import ModelContext
 from .engine import Batch
 from .job import Job
+from .options import RequestOptions, StreamOptions, batch_size
 from .pacing import Pacer
-from .request import MAX_CHUNK_FRAMES, STREAMED_TEXT, build_request
+from .request import STREAMED_TEXT, build_request
 from .scheduler_text import StreamedText, pump
 from .scheduler_vocoder import Emit, Failures, StreamVocoder
 from .speech import timed_prompt
@@ -42,7 +44,6 @@ class HasContext(Protocol):
     @property
     def context(self) -> ModelContext: ...
 
-MAX_BATCH = 256  # the native core's limit
 # Serving defaults (docs/serving.md, "Server"): on the CPU a frame's compute grows with B, so a few
 # slots; on an accelerator the batched step costs about what one sequence's does up to dozens.
 CPU_MAX_BATCH, DEVICE_MAX_BATCH, QUEUE_PER_SLOT = 8, 64, 4
@@ -58,13 +59,6 @@ def default_limits(model: OnDevice) -> tuple[int, int]:
     talker runs on."""
     max_batch = CPU_MAX_BATCH if model.device.upper().startswith("CPU") else DEVICE_MAX_BATCH
     return max_batch, QUEUE_PER_SLOT * max_batch
-# submit's request arguments (the rest are sampling settings) and their defaults, as Model.stream's
-_ARG_DEFAULTS: dict[str, Any] = dict(speaker=None, language="auto", instruct=None, voice=None, ref_audio=None,
-                                     ref_text=None, x_vector_only_mode=False, seed=None, split_sentences="auto",
-                                     frame_budget="auto", non_streaming_mode=None)
-_ARGS = tuple(_ARG_DEFAULTS)
-
-
 class QueueFull(RuntimeError):
     """max_batch requests are running and max_queue are waiting."""
 
@@ -100,18 +94,14 @@ class Scheduler:
                  max_chunk_frames: int = 8, pipelined_vocoder: bool | None = None) -> None:
         """pipelined_vocoder: vocode a step's chunks on a session of the Scheduler's own while the
         next step runs (None: where the model runs off the CPU; scheduler_vocoder.py)."""
-        check_int("max_batch", max_batch, 1, MAX_BATCH)
+        batch_size("max_batch", max_batch)
         if pipelined_vocoder is not None and not isinstance(pipelined_vocoder, bool):
             raise TypeError(f"pipelined_vocoder must be a bool or None, got {type(pipelined_vocoder).__name__}")
         check_int("max_queue", max_queue, 0, 2**31 - 1)
-        check_int("first_chunk_frames", first_chunk_frames, 1, MAX_CHUNK_FRAMES)
-        check_int("max_chunk_frames", max_chunk_frames, 1, MAX_CHUNK_FRAMES)
-        if first_chunk_frames > max_chunk_frames:
-            raise ValueError("need first_chunk_frames <= max_chunk_frames")
+        self._chunking = StreamOptions.of(locals())
         self._ctx = model.context
         self._engine = self._ctx.engine
         self.max_batch, self.max_queue = max_batch, max_queue
-        self._first, self._most = first_chunk_frames, max_chunk_frames
         self._batch: Batch = self._engine.batch(max_batch)
         self._lock = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
@@ -137,10 +127,7 @@ class Scheduler:
                seed: int | None = None, split_sentences: Any = "auto", frame_budget: int | str | None = "auto",
                non_streaming_mode: bool | None = None, **sampling: Any) -> Job:
         """Queue a request (Model.stream's arguments); validated here, in the caller's thread."""
-        return self._submit(text, dict(speaker=speaker, language=language, instruct=instruct, voice=voice,
-                                       ref_audio=ref_audio, ref_text=ref_text, x_vector_only_mode=x_vector_only_mode,
-                                       seed=seed, split_sentences=split_sentences, frame_budget=frame_budget,
-                                       non_streaming_mode=non_streaming_mode), sampling, eager=False)
+        return self._submit(text, RequestOptions.of(locals()), sampling, eager=False)
 
 
     def submit_text(self, chunks: Iterable[str] | None = None, **kwargs: Any) -> Job:
@@ -153,8 +140,8 @@ class Scheduler:
             raise TypeError(f"chunks must be an iterable of str fragments, got {type(chunks).__name__}")
         if kwargs.pop("non_streaming_mode", False) is not False:
             raise ValueError("streamed text needs non_streaming_mode=False (the text goes in with the frames)")
-        args = {k: kwargs.pop(k) for k in _ARGS if k in kwargs}
-        job = self._submit(STREAMED_TEXT, {**_ARG_DEFAULTS, **args, "non_streaming_mode": False}, kwargs, eager=False)
+        opts = dataclasses.replace(RequestOptions.take(kwargs), non_streaming_mode=False)
+        job = self._submit(STREAMED_TEXT, opts, kwargs, eager=False)
         if chunks is not None:
             pump(job, chunks)
         return job
@@ -162,8 +149,7 @@ class Scheduler:
     def submit_eager(self, text: str, **kwargs: Any) -> Job:
         """As submit, for Model.synthesize_batch: no chunks; each piece is decoded whole, with the
         other pieces that end in the same step, into the samples of Model.synthesize; Job.result()."""
-        args = {k: kwargs.pop(k) for k in _ARGS if k in kwargs}
-        return self._submit(text, {**_ARG_DEFAULTS, **args}, kwargs, eager=True)
+        return self._submit(text, RequestOptions.take(kwargs), kwargs, eager=True)
 
     @property
     def pipelined_vocoder(self) -> bool:
@@ -193,15 +179,15 @@ class Scheduler:
         self.close()
 
     # -- internals --------------------------------------------------------------------------
-    def _submit(self, text: str | object, args: dict[str, Any], sampling: dict[str, Any], eager: bool) -> Job:
+    def _submit(self, text: str | object, opts: RequestOptions, sampling: dict[str, Any], eager: bool) -> Job:
         if self._closing:
             raise SchedulerClosed("the scheduler is closed")
-        req = build_request(self._ctx, text, **args, sampling=sampling)
-        streamed = StreamedText(self._ctx, req, args["split_sentences"]) if text is STREAMED_TEXT else None
+        req = build_request(self._ctx, text, opts, sampling)
+        streamed = StreamedText(self._ctx, req, opts.split_sentences) if text is STREAMED_TEXT else None
         job = Job(self._ctx, req, eager, streamed)
         job._wake = self._wake
         if not eager:
-            job._pacer = Pacer(self._first, self._most)
+            job._pacer = Pacer(self._chunking.first_chunk_frames, self._chunking.max_chunk_frames)
         with self._lock:
             if self._closing:
                 raise SchedulerClosed("the scheduler is closed")

@@ -20,6 +20,7 @@ from .assembly import Assembly
 from .audio import Audio, AudioChunk, Timings
 from .context import ModelContext
 from .engine import Generated, SessionHandle
+from .options import StreamOptions
 from .pacing import Pacer
 from .pipeline import Vocoder
 from .prompt import Prompt, build_prompt
@@ -133,12 +134,12 @@ def synthesize_pipelined(ctx: ModelContext, s: SessionHandle, req: Request, prog
     return asm.audio()
 
 
-def stream(ctx: ModelContext, s: SessionHandle, req: Request, *, first_chunk_frames: int = 1,
-           max_chunk_frames: int = 8, timings: Timings | None = None, vocoder_threads: int = 0) -> Iterator[AudioChunk]:
+def stream(ctx: ModelContext, s: SessionHandle, req: Request, chunking: StreamOptions, *,
+           timings: Timings | None = None, vocoder_threads: int = 0) -> Iterator[AudioChunk]:
     """Chunks as they are produced; closing the iterator stops the generation. With
     vocoder_threads, each chunk is vocoded on the second session while the next is generated
     (docs/serving.md, "Pipelined streaming"); the samples are the same."""
-    pacer = Pacer(first_chunk_frames, max_chunk_frames)
+    pacer = Pacer(chunking.first_chunk_frames, chunking.max_chunk_frames)
     asm = Assembly(ctx, req, timings, vocoder_threads)
     voc = asm.vocoder = Vocoder(s, vocoder_threads)
     try:

@@ -22,6 +22,7 @@ from .audio import AudioChunk, Timings
 from .config import GenerationConfig
 from .context import ModelContext
 from .engine import Generated, SessionHandle
+from .options import StreamOptions
 from .pacing import Pacer
 from .pipeline import Vocoder
 from .prompt import build_prompt
@@ -160,13 +161,13 @@ class _Piece:
 
 
 def stream_text(ctx: ModelContext, s: SessionHandle, req: Request, feed: TextFeed, split_sentences: SplitSentences,
-                *, first_chunk_frames: int = 1, max_chunk_frames: int = 8, timings: Timings | None = None,
+                chunking: StreamOptions, *, timings: Timings | None = None,
                 vocoder_threads: int = 0) -> Iterator[AudioChunk]:
     """speech.stream for text arriving through `feed`: chunks as they are produced, the pieces
     split as the text settles them; closing the iterator stops the generation. A chunk that ends
     a piece before the text tells whether another follows carries no stop reason; an empty last
     chunk then carries it."""
-    pacer = Pacer(first_chunk_frames, max_chunk_frames)
+    pacer = Pacer(chunking.first_chunk_frames, chunking.max_chunk_frames)
     text = _Text(feed, split_sentences)
     asm = Assembly(ctx, req, timings, vocoder_threads, last_piece=text.is_last)
     voc = asm.vocoder = Vocoder(s, vocoder_threads)

@@ -334,7 +334,7 @@ MANIFEST_CASES = [
     ('{"id": ".hidden", "text": "x"}', "cannot name a file"),
     ('{"id": "a", "text": "x", "voice": "nope.qvoice"}', "no such file"),
     ('{"id": "a", "text": "x", "ref_text": "t"}', "ref_text goes with ref_audio"),
-    ('{"id": "a", "text": "x", "x_vector_only_mode": 1}', "x_vector_only_mode must be true or false"),
+    ('{"id": "a", "text": "x", "x_vector_only_mode": 1}', "x_vector_only_mode must be True or False, got int 1"),
     ('[1, 2]', "expected a JSON object"),
     ('{"id": "a", "text": "x", "frame_budget": 0}', "frame_budget"),
 ]
@@ -389,7 +389,7 @@ def test_batch_device_flags_reach_every_worker(cv_path: Path, tmp_path: Path) ->
     args = build_parser().parse_args(["batch", str(manifest), "-m", str(cv_path), "--output-dir", str(tmp_path / "o"),
                                       "--device", "cpu", "--precision", "exact", "--no-huge-pages"])
     spec = _runner(args).spec
-    assert (spec.device, spec.precision, spec.huge_pages) == ("cpu", "exact", False)
+    assert (spec.options.device, spec.options.precision, spec.options.huge_pages) == ("cpu", "exact", False)
     m = spec.load()
     assert (m.device, m.precision) == ("CPU", "exact")
     with pytest.raises(SystemExit):

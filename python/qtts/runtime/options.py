@@ -1,0 +1,316 @@
+"""The options that are not generation settings, each declared once: how a model loads
+(`LoadOptions`), what a request asks for besides its text and settings (`RequestOptions`), how a
+stream cuts its chunks (`StreamOptions`) and how a Scheduler batches (`BatchOptions`).
+
+A field declared with `option(...)` carries its type and range or choices, its default, its
+check, its help and the qtts-cli commands that take it as a flag (docs/architecture.md,
+"Options"). Everything else derives from those declarations: the checks (each option's value is
+checked when its group is built, a TypeError or ValueError naming it), the flags of each command
+(`add_arguments`, `from_args`), the bulk runners' and Ray's pass-through (they carry the group
+whole), the manifest fields and the server's request fields (`manifest`, `server`). The public
+methods keep their explicit keyword arguments, the API users know, and pack them once
+(`RequestOptions.of(locals())`); tests/qtts/runtime/test_options.py holds their signatures to the
+declarations. The generation settings have their own declarations (runtime/config.py).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from .config import SEED_LIMIT, check_bool, check_int, check_seed, parse_frame_budget
+
+MAX_THREADS = 1024
+MAX_BATCH = 256  # the native core's limit on sequences stepped together
+MAX_CHUNK_FRAMES = 4096  # the most frames a stream's chunk may take
+OPS = ("auto", "native", "portable")
+# The arithmetic (docs/kernels.md, "Precision"): "auto" is fast except for an F32 file on the CPU.
+PRECISIONS = ("auto", "exact", "fast")
+
+# qtts-cli's commands that load a model and take the load options as flags
+SPEAK, SERVE, BATCH, VOICE, BENCH = "speak", "serve", "batch", "voice create", "bench"
+
+Parse = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option's declaration (the metadata of its field)."""
+    help: str
+    check: Callable[[str, Any], Any] | None = None  # check(name, value) -> the value, or raise naming it
+    flags: tuple[str, ...] = ()  # its qtts-cli flags; () derives --name-with-dashes
+    commands: frozenset[str] = frozenset()  # the qtts-cli commands that take it as a flag
+    parse: Parse | None = None  # the flag's text -> value (then `check`); None: the text itself
+    metavar: str | None = None
+    negate: bool = False  # a True default turned off by the flag (store_false: --no-huge-pages)
+    manifest: str = ""  # a bulk manifest field (JSONL, Ray rows): "text", "path" (a file) or "value"
+    server: bool = False  # a field of the server's request body under its own name
+
+    def flag_names(self, name: str) -> tuple[str, ...]:
+        return self.flags or ("--" + name.replace("_", "-"),)
+
+
+def option(default: Any, help: str, *, check: Callable[[str, Any], Any] | None = None,
+           flags: tuple[str, ...] = (), commands: tuple[str, ...] = (), parse: Parse | None = None,
+           metavar: str | None = None, negate: bool = False, manifest: str = "", server: bool = False) -> Any:
+    """A field of an option group, declared with everything derived from it."""
+    return dataclasses.field(default=default, metadata={"option": Option(
+        help, check, flags, frozenset(commands), parse, metavar, negate, manifest, server)})
+
+
+# -- checks: each takes the option's name and value and returns the value ---------------------
+def choice(*choices: str) -> Callable[[str, Any], Any]:
+    def check(name: str, value: Any) -> Any:
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        return value
+    check.choices = choices  # type: ignore[attr-defined]
+    return check
+
+
+def integer(lo: int, hi: int, *, optional: bool = False) -> Callable[[str, Any], Any]:
+    def check(name: str, value: Any) -> Any:
+        if value is None and optional:
+            return value
+        check_int(name, value, lo, hi)
+        return value
+    check.range = (lo, hi)  # type: ignore[attr-defined]
+    return check
+
+
+def text(*, optional: bool = True) -> Callable[[str, Any], Any]:
+    from .generation import check_text
+
+    def check(name: str, value: Any) -> Any:
+        check_text(value, name, optional=optional, allow_empty=optional)
+        return value
+    return check
+
+
+def boolean(*, optional: bool = False) -> Callable[[str, Any], Any]:
+    def check(name: str, value: Any) -> Any:
+        if value is None and optional:
+            return value
+        check_bool(name, value)
+        return value
+    return check
+
+
+def _device(name: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    return value
+
+
+def _voice_cache(name: str, value: Any) -> Any:
+    if not isinstance(value, (bool, str, os.PathLike)):
+        raise TypeError(f"{name} must be a bool or a folder path, got {type(value).__name__}")
+    return value
+
+
+def _voice(name: str, value: Any) -> Any:
+    from .voice import Voice
+
+    if value is not None and not isinstance(value, Voice):
+        raise TypeError(f"{name} must be a qtts.Voice (from create_voice), got {type(value).__name__}")
+    return value
+
+
+def _split_sentences(name: str, value: Any) -> Any:
+    from .text import text_pieces
+
+    text_pieces("x", value)  # its checks of the piece length
+    return value
+
+
+def _frame_budget(name: str, value: Any) -> Any:
+    parse_frame_budget(value)  # the one reader's checks; the caller's spelling is kept
+    return value
+
+
+def _seed(name: str, value: Any) -> Any:
+    return value if value is None else check_seed(value)
+
+
+_seed.range = (0, SEED_LIMIT - 1)  # type: ignore[attr-defined]
+
+
+def _auto_int(text: str) -> int | None:
+    """A flag's N or "auto" (None)."""
+    if text == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+G = TypeVar("G", bound="Options")
+
+
+class Options:
+    """An option group: a frozen dataclass whose fields are declared with `option(...)`, each
+    checked when the group is built."""
+    kind: ClassVar[str] = "option"
+
+    def __post_init__(self) -> None:
+        for name, spec in specs_of(type(self)).items():
+            if spec.check is not None:
+                spec.check(name, getattr(self, name))
+
+    @classmethod
+    def of(cls: type[G], values: Mapping[str, Any]) -> G:
+        """The group from the declared names found in `values` (a method's locals(), a
+        Namespace's vars, keyword arguments); the rest is ignored."""
+        return cls(**{k: values[k] for k in specs_of(cls) if k in values})
+
+    @classmethod
+    def take(cls: type[G], kwargs: dict[str, Any]) -> G:
+        """The group from the declared names in `kwargs`, removed from it (the rest stays)."""
+        return cls(**{k: kwargs.pop(k) for k in list(kwargs) if k in specs_of(cls)})
+
+    @classmethod
+    def from_args(cls: type[G], args: argparse.Namespace, **given: Any) -> G:
+        """The group from a command's parsed flags (each declared option whose flag the command
+        took), `given` over them."""
+        values = {k: getattr(args, k) for k in specs_of(cls) if hasattr(args, k)}
+        return cls(**{**values, **given})
+
+    def kwargs(self) -> dict[str, Any]:
+        """The options as keyword arguments, by name."""
+        return {k: getattr(self, k) for k in specs_of(type(self))}
+
+
+@functools.cache
+def specs_of(cls: type) -> dict[str, Option]:
+    """The options a group declares, in declaration order, by name."""
+    return {f.name: f.metadata["option"] for f in dataclasses.fields(cls) if "option" in f.metadata}
+
+
+def defaults_of(cls: type) -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(cls) if "option" in f.metadata}
+
+
+def add_arguments(p: argparse._ActionsContainer, cls: type[Options], command: str,
+                  defaults: Mapping[str, Any] | None = None) -> None:
+    """The flags of `command`: one per option of `cls` that names it, with the declared default
+    (or `defaults`' for this command), a type that parses and checks it (a usage error naming the
+    flag) and the declared help."""
+    for name, spec in specs_of(cls).items():
+        if command not in spec.commands:
+            continue
+        default = (defaults or {}).get(name, defaults_of(cls)[name])
+        flags = spec.flag_names(name)
+        if spec.negate:
+            p.add_argument(*flags, dest=name, action="store_false", default=default, help=spec.help)
+            continue
+        if isinstance(default, bool) and spec.parse is None:
+            p.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=default,
+                           help=spec.help)
+            continue
+        choices = getattr(spec.check, "choices", None)
+        p.add_argument(*flags, dest=name, default=default, type=_flag_type(name, spec), choices=choices,
+                       metavar=spec.metavar, help=spec.help)
+
+
+def _flag_type(name: str, spec: Option) -> Parse:
+    def convert(value: str) -> Any:
+        parsed = spec.parse(value) if spec.parse is not None else value
+        if spec.check is not None:
+            try:
+                spec.check(name, parsed)
+            except (TypeError, ValueError) as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
+        return parsed
+    convert.__name__ = spec.metavar or name
+    return convert
+
+
+# -- the groups ---------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class LoadOptions(Options):
+    """How a model is loaded: qtts.load's and Model's keyword arguments (docs/python.md)."""
+    n_threads: int | None = option(
+        None, "CPU threads (default: the physical cores)", check=integer(1, MAX_THREADS, optional=True),
+        flags=("-t", "--threads"), commands=(SPEAK, SERVE, BATCH, VOICE), parse=_int, metavar="N")
+    device: str = option(
+        "auto", "auto, cpu, or a ggml device name (default: auto)", check=_device,
+        commands=(SPEAK, SERVE, BATCH, VOICE))
+    ops: str = option(
+        "auto", "the audio networks' and the attention's ops: native CPU kernels or portable stock ggml ops "
+                "(default: auto, native on the CPU)", check=choice(*OPS), commands=(SPEAK, SERVE, BATCH, VOICE))
+    precision: str = option(
+        "auto", "the arithmetic: exact (F32) or fast (a GPU's TF32/BF16 products where ggml picks them; on a CPU "
+                "with AMX the vocoder's convs in BF16); default: auto, fast except for an F32 file on the CPU "
+                "(docs/gpu.md)", check=choice(*PRECISIONS), commands=(SPEAK, SERVE, BATCH, VOICE, BENCH))
+    vocoder_threads: int | None = option(
+        None, "pipelined synthesis: the vocoder on N of the threads while the rest generate (0: serial; default "
+              "auto: chosen from the first requests' timings)", check=integer(0, MAX_THREADS - 1, optional=True),
+        commands=(SPEAK,), parse=_auto_int, metavar="N|auto")
+    huge_pages: bool = option(
+        True, "keep the streamed weights mapped from the file (shared with other processes) instead of reading "
+              "them into huge pages", check=boolean(), flags=("--no-huge-pages",), commands=(SPEAK, SERVE, BATCH),
+        negate=True)
+    voice_cache: bool | str | os.PathLike[str] = option(
+        True, "where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off)", check=_voice_cache)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestOptions(Options):
+    """What a request asks for besides its text and generation settings: Model.synthesize's,
+    stream's and Scheduler.submit's keyword arguments (docs/python.md)."""
+    speaker: str | None = option(None, "speaker name (custom_voice models; see `qtts-cli speakers MODEL`)",
+                                 check=text(), commands=(SPEAK, BATCH), manifest="text")
+    language: str = option("auto", "language (default: auto; see `qtts-cli languages MODEL`)",
+                           check=text(optional=False), commands=(SPEAK, BATCH), manifest="text", server=True)
+    instruct: str | None = option(None, "voice / style instruction (voice_design models, 1.7B custom_voice)",
+                                  check=text(), commands=(SPEAK, BATCH), manifest="text")
+    voice: Any = option(None, "a cloned voice (qtts.Voice, from create_voice; base models)", check=_voice,
+                        manifest="path")
+    ref_audio: Any = option(None, "a reference clip to clone (base models): a path, file object or samples",
+                            manifest="path")
+    ref_text: str | None = option(None, "the transcript of ref_audio, for in-context cloning", check=text(),
+                                  manifest="text", server=True)
+    x_vector_only_mode: bool = option(False, "clone from the speaker embedding alone (no transcript)",
+                                      check=boolean(), manifest="value", server=True)
+    seed: int | None = option(None, "sampling seed in [0, 2**64) (default: random)", check=_seed,
+                              manifest="value", server=True)
+    split_sentences: Any = option("auto", "split long text into sentences: auto, True, False or a length",
+                                  check=_split_sentences)
+    frame_budget: int | str | None = option("auto", "runaway guard: the most frames per sentence (auto, N or None)",
+                                            check=_frame_budget, manifest="value")
+    non_streaming_mode: bool | None = option(None, "prefill the whole text (default: True except for base models)",
+                                             check=boolean(optional=True))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamOptions(Options):
+    """How a stream cuts its chunks: the first after first_chunk_frames frames, later ones
+    doubling up to max_chunk_frames, cut short where the listener would run dry (runtime/pacing.py)."""
+    first_chunk_frames: int = option(1, "frames of a stream's first chunk", check=integer(1, MAX_CHUNK_FRAMES))
+    max_chunk_frames: int = option(8, "the most frames a stream's later chunks take",
+                                   check=integer(1, MAX_CHUNK_FRAMES))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.first_chunk_frames > self.max_chunk_frames:
+            raise ValueError("need first_chunk_frames <= max_chunk_frames")
+
+
+def batch_size(name: str, value: Any) -> Any:
+    """A batch's size: 1 .. MAX_BATCH sequences."""
+    check_int(name, value, 1, MAX_BATCH)
+    return value
