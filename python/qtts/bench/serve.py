@@ -36,9 +36,9 @@ SHUTDOWN_S = 10.0  # after the clients: the longest uvicorn waits for responses 
 
 
 def parse_batches(value: str) -> list[int]:
-    """--batches: comma-separated batch sizes, each 1..256 (the Scheduler's limit)."""
+    """--batches: comma-separated batch sizes, each 1..MAX_BATCH (the Scheduler's limit)."""
     from ..runtime.config import check_int
-    from ..runtime.scheduler import MAX_BATCH
+    from ..runtime.options import MAX_BATCH
 
     try:
         out = [int(x) for x in value.split(",")]

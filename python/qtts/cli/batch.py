@@ -114,7 +114,7 @@ def add_parser(sub: Any) -> None:
     w = s.add_argument_group("workers")
     w.add_argument("--jobs", type=checked(int, lambda v: check_int("--jobs", v, 1, MAX_JOBS)), default=1,
                    help="worker processes (Ray actors with --ray) sharing the model file; -t is split between them")
-    w.add_argument("--max-batch", type=checked(int, lambda v: check_int("--max-batch", v, 1, 256)), default=8,
+    w.add_argument("--max-batch", type=checked(int, lambda v: options.batch_size("--max-batch", v)), default=8,
                    help="items stepped together in each worker (continuous batching; default 8)")
     w.add_argument("--ray", action="store_true", help="run through Ray Data (pip install 'qtts[ray]')")
     w.add_argument("--address", help="with --ray: join this Ray cluster (default: start a local one)")

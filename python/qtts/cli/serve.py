@@ -11,23 +11,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..runtime.options import SERVE
-from .args import checked
+from ..runtime import options
+from ..runtime.options import SERVE, BatchOptions
 from .common import add_load_arguments, load_model
 
 FORCE_AFTER_S = 10  # after --shutdown-timeout, uvicorn cancels what still runs (nothing, normally)
-
-
-def _int_in(name: str, lo: int, hi: int) -> Any:
-    from ..runtime.config import check_int
-
-    return checked(int, lambda v: check_int(name, v, lo, hi))
-
-
-def _grace(value: float) -> float:
-    if not 0 <= value <= 3600:
-        raise ValueError(f"shutdown-timeout must be in [0, 3600] seconds, got {value}")
-    return value
 
 
 def add_parser(sub: Any) -> None:
@@ -36,24 +24,8 @@ def add_parser(sub: Any) -> None:
                                    "/v1/audio/voices, /health, /metrics). Binds to loopback unless --host says "
                                    "otherwise. Needs: pip install 'qtts[server]'.")
     p.add_argument("-m", "--model", required=True, help="a qtts .gguf file or a Hugging Face repo id")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)")
-    p.add_argument("--port", type=_int_in("port", 0, 65535), default=8000, help="TCP port (default: 8000)")
-    p.add_argument("--api-key", default=os.environ.get("QTTS_API_KEY"),
-                   help="require Authorization: Bearer KEY on every route but /health (default: $QTTS_API_KEY)")
-    p.add_argument("--max-batch", type=_int_in("max-batch", 1, 256), default=None,
-                   help="requests generated together (default: 8 on the CPU, 64 on a GPU or other device)")
-    p.add_argument("--max-queue", type=_int_in("max-queue", 0, 4096), default=None,
-                   help="requests waiting beyond --max-batch before the server answers 429 (default: 4 times "
-                        "--max-batch)")
-    p.add_argument("--pipelined-vocoder", action=argparse.BooleanOptionalAction, default=None,
-                   help="vocode a step's chunks while the next step generates, on a session of the server's own "
-                        "(default: on a GPU or other device, off on the CPU, whose cores both stages share)")
-    p.add_argument("--voices", metavar="DIR", help="folder of saved voices (POST /v1/audio/voices); kept across "
-                                                   "restarts (default: in memory only)")
-    p.add_argument("--model-name", help="the model id clients send and /v1/models lists (default: the file name)")
-    p.add_argument("--shutdown-timeout", type=checked(float, _grace), default=30.0, metavar="SECONDS",
-                   help="on SIGINT/SIGTERM, let requests in flight finish for this long, then cancel them "
-                        "(default: 30)")
+    options.add_arguments(p, options.ServeOptions, SERVE, defaults={"api_key": os.environ.get("QTTS_API_KEY")})
+    options.add_arguments(p, BatchOptions, SERVE)
     add_load_arguments(p, SERVE)
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     p.set_defaults(func=run)
@@ -73,6 +45,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    opts, batching = options.ServeOptions.from_args(args), BatchOptions.from_args(args)
     try:
         import uvicorn
 
@@ -81,25 +54,25 @@ def run(args: argparse.Namespace) -> int:
         raise ImportError(f"qtts-cli serve needs the server extra ({e}): pip install 'qtts[server]'") from None
     from ..runtime.scheduler import QUEUE_PER_SLOT, Scheduler, default_limits
 
-    if args.voices is not None and Path(args.voices).exists() and not Path(args.voices).is_dir():
-        raise NotADirectoryError(f"--voices {args.voices}: not a folder")
-    if args.api_key is not None and not args.api_key.strip():
+    if opts.voices is not None and Path(opts.voices).exists() and not Path(opts.voices).is_dir():
+        raise NotADirectoryError(f"--voices {opts.voices}: not a folder")
+    if opts.api_key is not None and not opts.api_key.strip():
         raise ValueError("--api-key (or $QTTS_API_KEY) is empty")
-    if not _is_loopback(args.host) and args.api_key is None:
-        print(f"qtts-cli serve: warning: listening on {args.host} without --api-key: anyone who can reach "
+    if not _is_loopback(opts.host) and opts.api_key is None:
+        print(f"qtts-cli serve: warning: listening on {opts.host} without --api-key: anyone who can reach "
               "this address can use the server", file=sys.stderr)
     model = load_model(args)
-    max_batch = default_limits(model)[0] if args.max_batch is None else args.max_batch
-    max_queue = QUEUE_PER_SLOT * max_batch if args.max_queue is None else args.max_queue
-    scheduler = Scheduler(model, max_batch=max_batch, max_queue=max_queue, pipelined_vocoder=args.pipelined_vocoder)
+    max_batch = default_limits(model)[0] if batching.max_batch is None else batching.max_batch
+    max_queue = QUEUE_PER_SLOT * max_batch if batching.max_queue is None else batching.max_queue
+    scheduler = Scheduler(model, max_batch=max_batch, max_queue=max_queue, pipelined_vocoder=batching.pipelined_vocoder)
     if not args.quiet:
         print(f"qtts-cli serve: {model.device}, max batch {max_batch}, max queue {max_queue}, vocoder "
               f"{'pipelined' if scheduler.pipelined_vocoder else 'between steps'}", file=sys.stderr)
-    app = create_app(model, scheduler, model_id=_model_id(model, args), api_key=args.api_key,
-                     voices_dir=args.voices)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
-                            timeout_graceful_shutdown=args.shutdown_timeout + FORCE_AFTER_S)
-    _serve(config, scheduler, args.shutdown_timeout)
+    app = create_app(model, scheduler, model_id=_model_id(model, args), api_key=opts.api_key,
+                     voices_dir=opts.voices)
+    config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning" if args.quiet else "info",
+                            timeout_graceful_shutdown=opts.shutdown_timeout + FORCE_AFTER_S)
+    _serve(config, scheduler, opts.shutdown_timeout)
     scheduler.close(cancel=True)
     return 0
 

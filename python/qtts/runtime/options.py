@@ -1,6 +1,7 @@
 """The options that are not generation settings, each declared once: how a model loads
 (`LoadOptions`), what a request asks for besides its text and settings (`RequestOptions`), how a
-stream cuts its chunks (`StreamOptions`) and how a Scheduler batches (`BatchOptions`).
+stream cuts its chunks (`StreamOptions`), how a server batches (`BatchOptions`) and how it listens
+(`ServeOptions`).
 
 A field declared with `option(...)` carries its type and range or choices, its default, its
 check, its help and the qtts-cli commands that take it as a flag (docs/architecture.md,
@@ -99,6 +100,7 @@ def boolean(*, optional: bool = False) -> Callable[[str, Any], Any]:
             return value
         check_bool(name, value)
         return value
+    check.boolean = True  # type: ignore[attr-defined]  # its flag is --name / --no-name
     return check
 
 
@@ -217,7 +219,7 @@ def add_arguments(p: argparse._ActionsContainer, cls: type[Options], command: st
         if spec.negate:
             p.add_argument(*flags, dest=name, action="store_false", default=default, help=spec.help)
             continue
-        if isinstance(default, bool) and spec.parse is None:
+        if spec.check is not None and getattr(spec.check, "boolean", False):
             p.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=default,
                            help=spec.help)
             continue
@@ -314,3 +316,62 @@ def batch_size(name: str, value: Any) -> Any:
     """A batch's size: 1 .. MAX_BATCH sequences."""
     check_int(name, value, 1, MAX_BATCH)
     return value
+
+
+def _seconds(lo: float, hi: float) -> Callable[[str, Any], Any]:
+    def check(name: str, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+        if not lo <= value <= hi:
+            raise ValueError(f"{name} must be in [{lo:g}, {hi:g}] seconds, got {value}")
+        return value
+    return check
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _optional_text(name: str, value: Any) -> Any:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchOptions(Options):
+    """How a server batches requests: its Scheduler's limits (None: by the device,
+    scheduler.default_limits)."""
+    max_batch: int | None = option(
+        None, "requests generated together (default: 8 on the CPU, 64 on a GPU or other device)",
+        check=integer(1, MAX_BATCH, optional=True), commands=(SERVE,), parse=_int, metavar="N")
+    max_queue: int | None = option(
+        None, "requests waiting beyond --max-batch before the server answers 429 (default: 4 times --max-batch)",
+        check=integer(0, 4096, optional=True), commands=(SERVE,), parse=_int, metavar="N")
+    pipelined_vocoder: bool | None = option(
+        None, "vocode a step's chunks while the next step generates, on a session of the server's own (default: "
+              "on a GPU or other device, off on the CPU, whose cores both stages share)",
+        check=boolean(optional=True), commands=(SERVE,), parse=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions(Options):
+    """How the server listens and whom it serves (qtts-cli serve; docs/server.md)."""
+    host: str = option("127.0.0.1", "address to bind (default: 127.0.0.1, loopback only)", check=_device,
+                       commands=(SERVE,))
+    port: int = option(8000, "TCP port (default: 8000)", check=integer(0, 65535), commands=(SERVE,), parse=_int)
+    api_key: str | None = option(
+        None, "require Authorization: Bearer KEY on every route but /health (default: $QTTS_API_KEY)",
+        check=_optional_text, commands=(SERVE,))
+    voices: str | None = option(
+        None, "folder of saved voices (POST /v1/audio/voices); kept across restarts (default: in memory only)",
+        check=_optional_text, commands=(SERVE,), metavar="DIR")
+    model_name: str | None = option(
+        None, "the model id clients send and /v1/models lists (default: the file name)", check=_optional_text,
+        commands=(SERVE,))
+    shutdown_timeout: float = option(
+        30.0, "on SIGINT/SIGTERM, let requests in flight finish for this long, then cancel them (default: 30)",
+        check=_seconds(0, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")

@@ -28,8 +28,10 @@ from qtts.runtime.options import (
     SERVE,
     SPEAK,
     VOICE,
+    BatchOptions,
     LoadOptions,
     RequestOptions,
+    ServeOptions,
     StreamOptions,
     defaults_of,
     integer,
@@ -78,7 +80,7 @@ def _parser_flags(argv: list[str]) -> dict[str, argparse.Action]:
     return {a.dest: a for a in sub._actions}
 
 
-@pytest.mark.parametrize("group", [LoadOptions, RequestOptions])
+@pytest.mark.parametrize("group", [LoadOptions, RequestOptions, ServeOptions, BatchOptions])
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_command_takes_the_options_that_name_it(group: type, command: str) -> None:
     flags = _parser_flags(COMMANDS[command])
