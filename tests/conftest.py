@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.abc
 import os
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +100,29 @@ def clock_stands_still(monkeypatch: pytest.MonkeyPatch) -> None:
     from qtts.runtime import pacing
 
     monkeypatch.setattr(pacing, "now", lambda: 0.0)
+
+
+@pytest.fixture
+def lock_waiters(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """`lock_waiters(n)` returns once n threads wait for an engine's lock
+    (qtts/runtime/engine_lock.py): a test then checks that they still wait, instead of sleeping
+    for a time a busy machine could outlast before the threads even get there."""
+    from qtts.runtime.engine_lock import EngineLock
+
+    waiting: set[int] = set()
+    changed = threading.Condition()
+    real = EngineLock._wait
+
+    def _wait(self: EngineLock) -> bool:
+        with changed:
+            waiting.add(threading.get_ident())
+            changed.notify_all()
+        return real(self)
+
+    monkeypatch.setattr(EngineLock, "_wait", _wait)
+
+    def until(n: int) -> None:
+        with changed:
+            assert changed.wait_for(lambda: len(waiting) >= n, timeout=120), f"{len(waiting)} of {n} threads wait"
+
+    return until

@@ -48,15 +48,17 @@ def test_fuzz_finds_no_crash(sources: list[Path], tmp_path: Path) -> None:
     assert not report.failures, "\n".join(report.failures)
 
 
-@pytest.mark.parametrize(("script", "outcome"), [
-    ("import os, sys; sys.stdin.readline(); os.abort()", "signal"),
-    ("import sys, time; sys.stdin.readline(); time.sleep(600)", "hang"),
+@pytest.mark.parametrize(("script", "outcome", "timeout"), [
+    ("import os, sys; sys.stdin.readline(); os.abort()", "signal", 120),
+    # the one case whose worker never answers: any timeout finds it, a short one finds it soon
+    ("import sys, time; sys.stdin.readline(); time.sleep(600)", "hang", 2),
     ("import sys\nfor _ in sys.stdin: print('{\"outcome\": \"unexpected\", \"error\": \"KeyError\"}', flush=True)",
-     "unexpected"),
+     "unexpected", 120),
 ])
-def test_fuzz_reports_a_failure(sources: list[Path], tmp_path: Path, script: str, outcome: str) -> None:
-    # the harness itself: a dead, silent or misbehaving worker fails the run and keeps the mutant
-    report = fuzz_gguf.fuzz(sources, 2, seed=0, save_dir=tmp_path / "failures", timeout=2,
+def test_fuzz_reports_a_failure(sources: list[Path], tmp_path: Path, script: str, outcome: str, timeout: float) -> None:
+    # the harness itself: a dead, silent or misbehaving worker fails the run and keeps the mutant;
+    # the workers that do answer get a timeout no busy machine reaches before their answer
+    report = fuzz_gguf.fuzz(sources, 2, seed=0, save_dir=tmp_path / "failures", timeout=timeout,
                             worker_cmd=[sys.executable, "-c", script])
     assert report.counts[outcome] == 2, report.summary()
     assert sorted(p.name for p in (tmp_path / "failures").iterdir()) == ["mutant-0-0.gguf", "mutant-0-1.gguf"]

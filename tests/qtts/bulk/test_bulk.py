@@ -247,7 +247,8 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killed_parent_leaves_no_workers(cv_path: Path, tmp_path: Path, sig: signal.Signals) -> None:
     """`--jobs 2` killed mid-run: its workers and multiprocessing's resource tracker are gone
-    within 2 s, and the same command then finishes the run."""
+    (soon: the wait is a hang guard; left behind, they would run for the rest of the batch), and
+    the same command then finishes the run."""
     n = 8
     items = [{"id": f"w{i}", "text": f"Item number {i}.", "speaker": "ryan", "seed": i, "min_new_tokens": 80,
               "max_new_tokens": 81, "frame_budget": "none"} for i in range(n)]
@@ -267,10 +268,10 @@ def test_killed_parent_leaves_no_workers(cv_path: Path, tmp_path: Path, sig: sig
     assert len(children) >= 3, children  # two workers and the resource tracker
     proc.send_signal(sig)
     proc.wait(30)
-    t0 = time.monotonic()
-    while any(_alive(p) for p in children) and time.monotonic() - t0 < 2.0:
+    deadline = time.monotonic() + 60
+    while any(_alive(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [p for p in children if _alive(p)], f"alive 2 s after {sig.name}"
+    assert not [p for p in children if _alive(p)], f"alive 60 s after {sig.name}"
     assert "Traceback" not in proc.stderr.read().decode()
     if sig == signal.SIGTERM:
         assert proc.returncode == 128 + signal.SIGTERM
@@ -303,11 +304,14 @@ def test_stop_pool_returns_after_a_result_cut_short() -> None:
     workers = set(multiprocessing.active_children()) - before
     assert len(workers) == 1
     os.write(ex._result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 10)
-    time.sleep(0.2)  # the manager thread reads the header, then waits for the rest
+    deadline = time.monotonic() + 60  # the manager thread reads the header and the bytes, then waits for the rest
+    while ex._result_queue._reader.poll() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not ex._result_queue._reader.poll(), "the manager thread did not read the cut-short result"
     stop_pool(ex, workers)
     shutdown = threading.Thread(target=ex.shutdown, kwargs={"wait": True, "cancel_futures": True}, daemon=True)
     shutdown.start()
-    shutdown.join(30)
+    shutdown.join(120)  # a hang guard
     assert not shutdown.is_alive(), "shutdown still waits on the cut-short result"
     assert not any(p.is_alive() for p in workers)
     with pytest.raises(BrokenProcessPool):

@@ -5,7 +5,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -134,11 +133,9 @@ def test_speakers_and_languages(cv: str, gguf_dir: Path) -> None:
 ])
 def test_bad_output_fails_before_loading(tmp_path: Path, output: str, message: str) -> None:
     # the model path does not exist either: the output is checked first, before any work
-    t0 = time.perf_counter()
     r = _cli("-m", str(tmp_path / "no-model.gguf"), "-p", "hello", "-o", str(tmp_path / output))
     assert r.returncode == 1 and r.stderr.startswith("qtts-cli: error:") and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and "no-model" not in r.stderr
-    assert time.perf_counter() - t0 < 30
     assert list(tmp_path.iterdir()) == []
 
 

@@ -14,6 +14,7 @@ import qtts
 from qtts.errors import QttsError
 from qtts.runtime.config import GenerationConfig
 from qtts.runtime.engine import SessionHandle, native_params
+from qtts.runtime.job import Job
 from qtts.runtime.prompt import Prompt, build_prompt, resolve_voice
 from qtts.runtime.scheduler import QueueFull, Scheduler, SchedulerClosed, default_limits
 from tests.chunks import assert_chunks_equal
@@ -275,7 +276,18 @@ def test_scheduler_chunks_equal_model_stream(base: qtts.Model, voices: dict[str,
         np.testing.assert_array_equal(audio.samples, np.concatenate([c.samples for c in want]))
 
 
-def test_cancel_stops_within_a_frame_and_frees_the_slot(cv: qtts.Model) -> None:
+def test_cancel_stops_within_a_frame_and_frees_the_slot(cv: qtts.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the worker waits after the first chunk until the consumer has cancelled: left to run, it
+    # would make as many frames meanwhile as the machine's load lets it
+    cancelled = threading.Event()
+    put = Job._put
+
+    def held(self: Job, item: object) -> None:
+        put(self, item)
+        if isinstance(item, qtts.AudioChunk) and not cancelled.is_set():
+            cancelled.wait(120)
+
+    monkeypatch.setattr(Job, "_put", held)
     with Scheduler(cv, max_batch=1, max_queue=1) as sched:
         job = sched.submit(TEXTS[0], speaker="ryan", max_new_tokens=10_000, frame_budget=None, seed=1)
         waiting = sched.submit(TEXTS[1], speaker="ryan", seed=2, max_new_tokens=5)
@@ -284,9 +296,10 @@ def test_cancel_stops_within_a_frame_and_frees_the_slot(cv: qtts.Model) -> None:
         it = iter(job)
         first = next(it)
         job.cancel()
+        cancelled.set()
         rest = list(it)
         assert rest[-1].stop_reason == "cancelled" and job.stop_reason == "cancelled"
-        assert len(first.codes) + sum(len(c.codes) for c in rest) <= 1 + 1 + 2 + 4 + 8  # a few steps at most
+        assert len(first.codes) == 1 and sum(len(c.codes) for c in rest) <= 1  # within a frame
         assert list(waiting)[-1].stop_reason == "max_new_tokens"  # the slot was freed for it
         queued = sched.submit(TEXTS[1], speaker="ryan", seed=3, max_new_tokens=5)
         queued.cancel()

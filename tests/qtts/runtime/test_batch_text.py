@@ -177,7 +177,7 @@ def test_cancel_and_close_mid_text(cv: qtts.Model) -> None:
         queued = sched.submit_text(speaker="ryan")  # never a word: cancelled in the queue
         queued.cancel()
         assert list(queued)[-1].stop_reason == "cancelled"
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # a hang guard
         while sched.stats.running and time.monotonic() < deadline:
             time.sleep(0.01)
         assert sched.stats.running == 0 and sched.stats.cancelled_total == 2

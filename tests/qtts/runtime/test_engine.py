@@ -4,6 +4,7 @@ session handles that end with their block, and the one conversion of settings to
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,13 +39,13 @@ def test_handle_ends_with_its_block(cv: qtts.Model) -> None:
         s.text_embed([0])
 
 
-def test_other_threads_wait_for_an_open_stream(cv: qtts.Model) -> None:
+def test_other_threads_wait_for_an_open_stream(cv: qtts.Model, lock_waiters: Callable[[int], None]) -> None:
     it = cv.stream(TEXT, speaker="ryan", max_new_tokens=50, seed=1)
     next(it)
     got: list[int] = []
     t = threading.Thread(target=lambda: got.append(len(cv.synthesize(TEXT, speaker="ryan", max_new_tokens=3).codes)))
     t.start()
-    t.join(0.5)
+    lock_waiters(1)
     assert t.is_alive() and not got  # waiting for the stream
     it.close()
     t.join(60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -115,14 +116,14 @@ def test_close_frees_the_native_objects(gguf_dir: Path) -> None:
     assert [r() for r in natives] == [None] * 4
 
 
-def test_close_waits_for_a_stream_another_thread_runs(gguf_dir: Path) -> None:
+def test_close_waits_for_a_stream_another_thread_runs(gguf_dir: Path, lock_waiters: Callable[[int], None]) -> None:
     m = qtts.load(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1)
     it = m.stream("Hello there.", speaker="ryan", max_new_tokens=12, min_new_tokens=11, seed=1)
     first = next(it)
     rest: list[qtts.AudioChunk] = []
     closer = threading.Thread(target=m.close, name="closer")
     closer.start()
-    closer.join(0.3)
+    lock_waiters(1)
     assert closer.is_alive() and not m.closed  # the stream holds the model
     rest.extend(it)  # this thread finishes the stream; close() goes on
     closer.join(60)

@@ -1,10 +1,10 @@
 """Chunk pacing (runtime/pacing.py): the doubling schedule as the most a chunk takes, cut short
-where the listener would run out of audio. On a simulated clock, then on the tiny model with
-its generation slowed to 50 ms a frame (faster than the 80 ms a frame plays for, slower than
-the 40 ms the doubling alone needs), through Model.stream and the Scheduler."""
+where the listener would run out of audio. On a simulated clock throughout, so that no outcome
+depends on the machine's speed or load: alone, then on the tiny model whose generation takes
+50 ms of that clock a frame (faster than the 80 ms a frame plays for, slower than the 40 ms the
+doubling alone needs) and everything else none, through Model.stream and the Scheduler."""
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import pytest
 import qtts
 from qtts.runtime import pacing
 from qtts.runtime.engine import SessionHandle
+from qtts.runtime.job import Job
 from qtts.runtime.pacing import Pacer
 
 FRAME_S = 0.08  # 12.5 frames a second
@@ -24,6 +25,8 @@ KW = dict(speaker="ryan", seed=3, min_new_tokens=24, max_new_tokens=24, frame_bu
 
 
 class Clock:
+    """Simulated seconds, moved on by the test alone."""
+
     def __init__(self) -> None:
         self.t = 0.0
 
@@ -103,56 +106,74 @@ def cv(gguf_dir: Path) -> qtts.Model:
     return qtts.load(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2)
 
 
-def _slowed(monkeypatch: pytest.MonkeyPatch, name: str, frames: Callable[..., int]) -> None:
-    """SessionHandle.<name> made to take SLOW_FRAME_S per frame it generates."""
+def _slowed(monkeypatch: pytest.MonkeyPatch, clock: Clock, name: str, frames: Callable[..., int]) -> None:
+    """SessionHandle.<name> made to take SLOW_FRAME_S of the simulated clock per frame it
+    generates; everything else takes none of it, however long it really takes."""
     real = getattr(SessionHandle, name)
 
     def slow(self: SessionHandle, *args: Any) -> Any:
-        t = time.perf_counter()
         out = real(self, *args)
-        time.sleep(max(0.0, frames(*args) * SLOW_FRAME_S - (time.perf_counter() - t)))
+        clock.t += frames(*args) * SLOW_FRAME_S
         return out
 
     monkeypatch.setattr(SessionHandle, name, slow)
 
 
-def _listen(chunks: Iterable[qtts.AudioChunk]) -> tuple[list[qtts.AudioChunk], float]:
-    """The chunks and the worst shortfall of a listener who plays from the first one on."""
-    got, heard, worst, start = [], 0.0, 0.0, None
-    for c in chunks:
-        t = time.perf_counter()
-        start = t if start is None else start
+def _worst_lag(handed: list[tuple[float, qtts.AudioChunk]]) -> float:
+    """The worst shortfall of a listener who plays from the first chunk on, each chunk handed
+    over at its (simulated) time."""
+    heard, worst, start = 0.0, 0.0, handed[0][0]
+    for t, c in handed:
         worst = max(worst, t - start - heard)
         heard += len(c.samples) / c.sample_rate
-        got.append(c)
-    return got, worst
+    return worst
 
 
-def _stream_twice(run: Callable[[], Iterable[qtts.AudioChunk]], monkeypatch: pytest.MonkeyPatch) -> None:
+def _stream_twice(run: Callable[[], list[tuple[float, qtts.AudioChunk]]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` twice, the pacing clock stopped (the plain doubling), then running: each run's
+    chunks and the simulated times they were handed over at."""
     with monkeypatch.context() as still:
-        still.setattr(pacing, "now", lambda: 0.0)  # the plain doubling
-        plain, plain_worst = _listen(run())
-    paced, worst = _listen(run())
-    assert [len(c.codes) for c in plain][:4] == [1, 2, 4, 8] and plain_worst > TOLERANCE_S
-    assert worst < TOLERANCE_S, ([len(c.codes) for c in paced], worst)
-    assert [len(c.codes) for c in paced] != [len(c.codes) for c in plain]
+        still.setattr(pacing, "now", lambda: 0.0)
+        plain = run()
+    paced = run()
+    sizes = [len(c.codes) for _, c in paced]
+    assert [len(c.codes) for _, c in plain][:4] == [1, 2, 4, 8] and _worst_lag(plain) > TOLERANCE_S
+    assert _worst_lag(paced) < TOLERANCE_S, (sizes, _worst_lag(paced))
+    assert sizes != [len(c.codes) for _, c in plain]
     # only where chunks end changes
-    np.testing.assert_array_equal(np.concatenate([c.codes for c in paced]), np.concatenate([c.codes for c in plain]))
-    np.testing.assert_array_equal(np.concatenate([c.samples for c in paced]),
-                                  np.concatenate([c.samples for c in plain]))
-    assert paced[-1].stop_reason == plain[-1].stop_reason == "max_new_tokens"
+    for field in ("codes", "samples"):
+        np.testing.assert_array_equal(np.concatenate([getattr(c, field) for _, c in paced]),
+                                      np.concatenate([getattr(c, field) for _, c in plain]))
+    assert paced[-1][1].stop_reason == plain[-1][1].stop_reason == "max_new_tokens"
 
 
-def test_model_stream_keeps_ahead_of_the_listener(cv: qtts.Model, monkeypatch: pytest.MonkeyPatch) -> None:
-    _slowed(monkeypatch, "generate_next", lambda n: n)
-    _stream_twice(lambda: cv.stream("Hello world, this is a tiny test.", **KW), monkeypatch)
+def test_model_stream_keeps_ahead_of_the_listener(cv: qtts.Model, clock: Clock,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    _slowed(monkeypatch, clock, "generate_next", lambda n: n)
+
+    def run() -> list[tuple[float, qtts.AudioChunk]]:  # the listener takes each chunk as it is yielded
+        return [(clock.t, c) for c in cv.stream("Hello world, this is a tiny test.", **KW)]
+
+    _stream_twice(run, monkeypatch)
 
 
-def test_scheduler_keeps_ahead_of_the_listener(cv: qtts.Model, monkeypatch: pytest.MonkeyPatch) -> None:
-    _slowed(monkeypatch, "batch_step", lambda batch, n: n)
+def test_scheduler_keeps_ahead_of_the_listener(cv: qtts.Model, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    _slowed(monkeypatch, clock, "batch_step", lambda batch, n: n)
+    handed: list[tuple[float, qtts.AudioChunk]] = []
+    put = Job._put
 
-    def run() -> Iterable[qtts.AudioChunk]:
+    def stamped(self: Job, item: Any) -> None:  # in the worker, as the chunk goes to the consumer
+        if isinstance(item, qtts.AudioChunk):
+            handed.append((clock.t, item))
+        put(self, item)
+
+    monkeypatch.setattr(Job, "_put", stamped)
+
+    def run() -> list[tuple[float, qtts.AudioChunk]]:
+        handed.clear()
         with qtts.Scheduler(cv, max_batch=2) as sched:
-            yield from sched.submit("Hello world, this is a tiny test.", **KW)
+            got = list(sched.submit("Hello world, this is a tiny test.", **KW))
+        assert [c for _, c in handed] == got
+        return list(handed)
 
     _stream_twice(run, monkeypatch)

@@ -127,6 +127,7 @@ def test_auto_split_on_a_model(gguf_dir: Path) -> None:
     assert "pipeline" in t.format()
 
 
+@pytest.mark.usefixtures("clock_stands_still")  # the chunks of two streams compared one by one
 def test_pipelined_stream_close_and_cancel(cv: tuple[qtts.Model, qtts.Model]) -> None:
     serial, piped = cv
     kw = dict(speaker="ryan", seed=5, split_sentences=20, **FRAMES)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,14 +36,14 @@ def _eager(cv: qtts.Model, seed: int) -> bytes:
     return pcm16(cv.synthesize(TEXT, seed=seed, **KW).samples)
 
 
-def test_any_pool_thread_advances_a_stream_and_others_wait(cv: qtts.Model) -> None:
+def test_any_pool_thread_advances_a_stream_and_others_wait(cv: qtts.Model, lock_waiters: Callable[[int], None]) -> None:
     expected_stream, expected_eager = _streamed(cv, 1), _eager(cv, 2)
     t1, t2 = ThreadPoolExecutor(1), ThreadPoolExecutor(1)  # two distinct threads, as a pool hands them out
     try:
         it = cv.stream(TEXT, seed=1, **KW)
         parts = [t1.submit(next, it).result(timeout=60), t2.submit(next, it).result(timeout=60)]
         eager = t1.submit(_eager, cv, 2)  # the thread that began the stream waits, and does not raise
-        time.sleep(0.5)
+        lock_waiters(1)
         assert not eager.done()
         parts += t2.submit(list, it).result(timeout=60)
         assert eager.result(timeout=60) == expected_eager
@@ -53,7 +53,7 @@ def test_any_pool_thread_advances_a_stream_and_others_wait(cv: qtts.Model) -> No
         t2.shutdown()
 
 
-def test_a_new_thread_waits_for_a_finished_threads_stream(cv: qtts.Model) -> None:
+def test_a_new_thread_waits_for_a_finished_threads_stream(cv: qtts.Model, lock_waiters: Callable[[int], None]) -> None:
     """Thread ids are reused once a thread ends: the lock must not mistake the newcomer for the
     stream's first reader."""
     it = cv.stream(TEXT, seed=3, **KW)
@@ -64,7 +64,7 @@ def test_a_new_thread_waits_for_a_finished_threads_stream(cv: qtts.Model) -> Non
     others = [threading.Thread(target=lambda: got.append(_eager(cv, 4))) for _ in range(3)]
     for t in others:
         t.start()
-    time.sleep(0.5)
+    lock_waiters(3)
     assert not got and all(t.is_alive() for t in others)
     it.close()
     for t in others:
@@ -140,9 +140,10 @@ def test_fastapi_streaming_response_of_model_stream(cv: qtts.Model) -> None:
     thread.start()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a hang guard: starting takes well under a second
         while not server.started and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert server.started, "uvicorn did not start"
 
         def get(key: tuple[str, int]) -> tuple[int, bytes]:
             r = httpx.get(f"{url}/{key[0]}", params={"seed": key[1]}, timeout=120)
