@@ -12,6 +12,7 @@ from typing import Any
 
 from ..runtime import config
 from ..runtime.config import check_setting, parse_frame_budget
+from ..runtime.generation import check_text
 from ..runtime.options import RequestOptions, specs_of
 
 # The fields an item may carry: qwen-tts's names for the request options declared as manifest
@@ -92,11 +93,11 @@ class Manifest:
 
 
 def _text(name: str, value: Any, *, empty: bool = True) -> str:
+    """A text field as the model checks its texts (a JSON "\\ud800" escape is a lone surrogate:
+    refused on its line, before any synthesis)."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, got {type(value).__name__}")
-    if not empty and not value.strip():
-        raise ValueError(f"{name} is empty")
-    return value
+    return str(check_text(value, name, allow_empty=empty))
 
 
 def _integral(name: str, value: Any) -> Any:

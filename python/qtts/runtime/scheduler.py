@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +37,8 @@ from .request import STREAMED_TEXT, build_request
 from .scheduler_text import StreamedText, pump
 from .scheduler_vocoder import Emit, Failures, StreamVocoder
 from .speech import timed_prompt
+
+log = logging.getLogger("qtts.scheduler")
 
 
 class HasContext(Protocol):
@@ -111,6 +114,8 @@ class Scheduler:
         self._admitting = 0  # taken off the queue, not yet in a slot (prompt and prefill under way)
         self._closing = False
         self._cancel_all = False
+        self._failure: BaseException | None = None  # what stopped the worker, if anything did
+        self._orphans: set[int] = set()  # slots a failed job left behind: removed before the next step
         self._requests = self._frames = self._cancelled = self._batch_size = 0
         if pipelined_vocoder is None:
             pipelined_vocoder = self._engine.ops == "portable" and not self._engine.device.upper().startswith("CPU")
@@ -157,6 +162,12 @@ class Scheduler:
         return self._voc.pipelined
 
     @property
+    def failure(self) -> BaseException | None:
+        """The exception that stopped the worker (a bug outside any one job), None while it runs
+        or after it ended normally: then the Scheduler serves nothing more (SchedulerClosed)."""
+        return self._failure
+
+    @property
     def stats(self) -> SchedulerStats:
         with self._lock:
             return SchedulerStats(len(self._running) + len(self._parked), len(self._queue), self.max_batch,
@@ -179,9 +190,14 @@ class Scheduler:
         self.close()
 
     # -- internals --------------------------------------------------------------------------
+    def _closed(self) -> SchedulerClosed:
+        if self._failure is not None:
+            return SchedulerClosed(f"the scheduler stopped: its worker failed ({self._failure!r})")
+        return SchedulerClosed("the scheduler is closed")
+
     def _submit(self, text: str | object, opts: RequestOptions, sampling: dict[str, Any], eager: bool) -> Job:
         if self._closing:
-            raise SchedulerClosed("the scheduler is closed")
+            raise self._closed()
         req = build_request(self._ctx, text, opts, sampling)
         streamed = StreamedText(self._ctx, req, opts.split_sentences) if text is STREAMED_TEXT else None
         job = Job(self._ctx, req, eager, streamed)
@@ -190,10 +206,11 @@ class Scheduler:
             job._pacer = Pacer(self._chunking.first_chunk_frames, self._chunking.max_chunk_frames)
         with self._lock:
             if self._closing:
-                raise SchedulerClosed("the scheduler is closed")
-            free = self.max_batch - len(self._running) - len(self._parked) - self._admitting
-            if len(self._queue) >= self.max_queue + free:
-                raise QueueFull(f"{self.max_batch} requests are running and {self.max_queue} are waiting")
+                raise self._closed()
+            running = len(self._running) + len(self._parked)  # as stats counts them
+            if len(self._queue) >= self.max_queue + self.max_batch - running - self._admitting:
+                raise QueueFull(f"the queue is full: {running} requests are running and {len(self._queue)} are "
+                                f"waiting (max_batch {self.max_batch}, max_queue {self.max_queue})")
             self._queue.append(job)
             self._requests += 1
             self._events += 1
@@ -209,16 +226,20 @@ class Scheduler:
         try:
             self._loop()
             self._apply(self._voc.shutdown())
-        except BaseException as e:  # a bug here must not leave consumers waiting forever
-            self._voc.shutdown()
+        except BaseException as e:  # a bug outside any one job: no consumer may wait forever
             with self._lock:
+                self._failure = e
                 self._closing = True
                 jobs = [*self._queue, *self._running.values(), *self._parked]
                 self._queue.clear()
                 self._parked.clear()
+            try:
+                self._voc.shutdown()  # the push in flight ends before its jobs fail
+            except Exception:
+                pass  # its jobs fail below
             for job in jobs:
                 self._fail(job, e)
-            raise
+            log.error("the scheduler's worker stopped; every request fails from now on", exc_info=e)
 
     def _loop(self) -> None:
         while True:
@@ -260,18 +281,26 @@ class Scheduler:
                         self._lock.wait()
 
     def _ready(self, job: Job) -> bool:
-        return job._text is None or job._cancel.is_set() or job._text.ready(job._piece)
+        return job._text is None or job._cancel.is_set() or job._text.ready(job._piece)  # ready() never raises
+
+    def _guarded(self, job: Job, part: Callable[..., None], *args: Any) -> None:
+        """One job's part of a round (admitting, feeding, stepping, finishing it): an exception
+        fails that job alone and the loop goes on (docs/serving.md, "The worker's guard")."""
+        try:
+            part(*args)
+        except Exception as e:
+            self._fail(job, e)
 
     def _feed_text(self) -> None:
         """Append the text tokens settled since the last look to the running streamed-text jobs."""
         with self._lock:
             fed = [(slot, job, job._text) for slot, job in self._running.items() if job._text is not None]
-        for slot, job, text in fed:
-            try:
-                if text.feed_slot(self._engine, self._batch, slot):
-                    job._waiting = False
-            except Exception as e:  # the text's source failed, or its text is bad: this job only
-                self._fail(job, e)
+        for slot, job, text in fed:  # the text's source failed, or its text is bad: this job only
+            self._guarded(job, self._feed, job, text, slot)
+
+    def _feed(self, job: Job, text: StreamedText, slot: int) -> None:
+        if text.feed_slot(self._engine, self._batch, slot):
+            job._waiting = False
 
     def _cancel_waiting(self) -> None:
         with self._lock:
@@ -279,12 +308,12 @@ class Scheduler:
             self._queue = collections.deque(j for j in self._queue if j not in gone)
             self._parked = [j for j in self._parked if j not in gone]
         for j in gone:
-            self.finish_timings(j, "cancelled")
+            self._guarded(j, self.finish_timings, j, "cancelled")
 
     def _start(self, job: Job) -> None:
         """Admit a job (or its next piece) into a slot: prompt, prefill, decode stream."""
         try:
-            self._admit(job)
+            self._guarded(job, self._admit, job)  # a bad prompt, or a failed text source: its own request only
         finally:
             with self._lock:
                 self._admitting -= 1
@@ -294,28 +323,24 @@ class Scheduler:
             self.finish_timings(job, "cancelled")
             return
         req, i = job._req, job._piece
-        try:
-            got = job._text.begin(i) if job._text is not None else None
-            if job._text is not None and got is None:  # the text ended: no piece i
-                self._end_text(job)
-                return
-            if not job._eager:  # first: a failed reset leaves no slot behind
-                self._barrier()
-                self._voc.reset(job)
-            with self._engine.session() as s:
-                if job._text is not None and got is not None:
-                    if i:  # the pause after the piece before
-                        job._put(job._asm.pause_chunk())
-                    slot = job._text.add(s, self._batch, got, job.timings)
-                else:
-                    prompt = timed_prompt(self._ctx, s, req, req.pieces[i], job.timings)
-                    slot = s.batch_add(self._batch, prompt.embeddings, prompt.trailing,
-                                       req.config.for_piece(i, req.pieces[i]))
-        except Exception as e:  # a bad prompt (or a failed text source) fails its own request only
-            self._fail(job, e)
+        got = job._text.begin(i) if job._text is not None else None
+        if job._text is not None and got is None:  # the text ended: no piece i
+            self._end_text(job)
             return
+        if not job._eager:  # first: a failed reset leaves no slot behind
+            self._barrier()
+            self._voc.reset(job)
+        with self._engine.session() as s:
+            if job._text is not None and got is not None:
+                if i:  # the pause after the piece before
+                    job._put(job._asm.pause_chunk())
+                slot = job._text.add(s, self._batch, got, job.timings)
+            else:
+                prompt = timed_prompt(self._ctx, s, req, req.pieces[i], job.timings)
+                slot = s.batch_add(self._batch, prompt.embeddings, prompt.trailing,
+                                   req.config.for_piece(i, req.pieces[i]))
+        job._slot, job._pending = slot, []  # first: a failure from here on frees the slot
         job._waiting = False
-        job._slot, job._pending = slot, []
         if job._pacer is not None:
             job._pacer.start_piece()
         with self._lock:
@@ -330,6 +355,9 @@ class Scheduler:
                 return
         try:
             with self._engine.session() as s:
+                for slot in self._orphans & set(s.batch_active(self._batch)):
+                    s.batch_remove(self._batch, slot)
+                self._orphans.clear()
                 results = s.batch_step(self._batch, 1)
         except Exception as e:  # the engine failed: every running request gets the error
             for job in running.values():
@@ -340,17 +368,16 @@ class Scheduler:
             self._frames += sum(len(codes) for _, codes, _, _ in results)
         late: dict[int, Job] = {}
         for slot, codes, reason, raw in results:
-            job = running[slot]
+            job = running.get(slot)
+            if job is None or job.done:  # failed during this round (its slot is being freed)
+                continue
             job._waiting = bool(raw.get("needs_text"))
             if reason is None and self._is_cancelled(job):
                 # cancelled during the step, or while the jobs before it were vocoded: no more chunks
-                job._asm.step(raw)
+                self._guarded(job, job._asm.step, raw)
                 late[slot] = job
                 continue
-            try:
-                self._advance(job, codes, reason, raw)
-            except Exception as e:
-                self._fail(job, e)
+            self._guarded(job, self._advance, job, codes, reason, raw)
         self._flush()
         self._decode_pieces()
         if late:
@@ -373,11 +400,8 @@ class Scheduler:
             for job in cancelled.values():
                 self._fail(job, e)
             return
-        for job in cancelled.values():
-            try:  # the native times as the job's last step reported them
-                self._advance(job, self._ctx.empty_codes(), "cancelled", None)
-            except Exception as e:
-                self._fail(job, e)
+        for job in cancelled.values():  # the native times as the job's last step reported them
+            self._guarded(job, self._advance, job, self._ctx.empty_codes(), "cancelled", None)
         self._decode_pieces()
 
     def _advance(self, job: Job, codes: np.ndarray, reason: str | None, raw: dict[str, float] | None) -> None:
@@ -482,13 +506,13 @@ class Scheduler:
             except Exception as err:
                 self._fail(p.job, err)
                 continue
-            asm.add_piece(wav, p.codes, p.last)
-            if p.last:
-                asm.finish()
-            try:
-                self._next_piece(p.job, p.last)
-            except Exception as e:
-                self._fail(p.job, e)
+            self._guarded(p.job, self._piece_done, p, wav)
+
+    def _piece_done(self, p: _Piece, wav: np.ndarray | None) -> None:
+        p.job._asm.add_piece(wav, p.codes, p.last)
+        if p.last:
+            p.job._asm.finish()
+        self._next_piece(p.job, p.last)
 
     def finish_timings(self, job: Job, reason: str | None) -> None:
         """The job ended; `reason` set: it ended before generating (cancelled while queued)."""
@@ -503,19 +527,27 @@ class Scheduler:
         job._end()
 
     def _fail(self, job: Job, error: BaseException) -> None:
-        if job._slot is not None:
-            with self._lock:
-                self._running.pop(job._slot, None)
-            if job._slot in self._batch_active():
+        """End the job with `error`, freeing what it holds; never raises (an engine that cannot
+        free the slot now leaves it to the next step)."""
+        slot, job._slot = job._slot, None
+        with self._lock:
+            if slot is not None:
+                self._running.pop(slot, None)
+            if job in self._parked:
+                self._parked.remove(job)
+        if slot is not None:
+            try:
                 with self._engine.session() as s:
-                    s.batch_remove(self._batch, job._slot)
-            job._slot = None
-        self._close_stream(job)
-        job._end(error)
-
-    def _batch_active(self) -> list[int]:
-        with self._engine.session() as s:
-            return s.batch_active(self._batch)
+                    if slot in s.batch_active(self._batch):
+                        s.batch_remove(self._batch, slot)
+            except Exception:
+                self._orphans.add(slot)
+        try:
+            self._close_stream(job)
+        except Exception:
+            job._stream = None  # the engine failed: the stream goes with its session
+        if not job.done:
+            job._end(error)
 
     def _close_stream(self, job: Job) -> None:
         if job._stream is not None:

@@ -69,13 +69,14 @@ class StreamedText:
     def ready(self, index: int) -> bool:
         """Piece `index` can be admitted: its first tokens are final, or the text ended (the
         admission then ends the job), or its source failed (the admission raises it). The worker
-        asks every frame: the text is looked at again only when more came."""
+        asks every frame: the text is looked at again only when more came. Never raises: a text
+        that cannot be read or tokenized is ready, and its admission raises for this job alone."""
         try:
             if not self._refresh() and self._not_ready == index:
                 return False
+            got = self._settled(index)
         except Exception:
             return True
-        got = self._settled(index)
         ready = self._text.ended or (got is not None and (got[1] or len(got[0]) >= self.need))
         self._not_ready = -1 if ready else index
         return ready

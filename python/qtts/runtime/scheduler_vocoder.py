@@ -101,10 +101,14 @@ def _deliver(session: SessionOf, emits: list[Emit]) -> Failures:
     except Exception as err:
         return [(e.job, err) for e in emits]
     wav_of = {id(e): w for e, w in zip(decoded, waves, strict=True)}
-    for e in emits:
+    failures: Failures = []
+    for e in emits:  # one job's failure here is its own (the worker's guard, docs/serving.md)
         wav = wav_of.get(id(e), np.zeros(0, dtype=np.float32))
-        e.job._put(e.job._asm.chunk(wav, e.codes, e.reason, final=e.final))
-    return []
+        try:
+            e.job._put(e.job._asm.chunk(wav, e.codes, e.reason, final=e.final))
+        except Exception as err:
+            failures.append((e.job, err))
+    return failures
 
 
 def _push(session: SessionOf, emits: list[Emit]) -> list[np.ndarray]:

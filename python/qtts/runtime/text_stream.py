@@ -18,6 +18,7 @@ import threading
 import unicodedata
 from dataclasses import dataclass
 
+from .generation import check_text
 from .text import (
     _CLAUSE_END,
     _SENTENCE_END,
@@ -185,8 +186,9 @@ class TextFeed:
         self._error: BaseException | None = None
 
     def put(self, fragment: str) -> None:
-        if not isinstance(fragment, str):
-            raise TypeError(f"text fragments must be str, got {type(fragment).__name__}")
+        """Append a fragment: TypeError if not a str, ValueError if it holds a lone surrogate (as
+        every text the model takes, generation.check_text), in the writer's thread."""
+        check_text(fragment, "text fragment", allow_empty=True)
         with self._cond:
             if fragment:
                 self._parts.append(fragment)

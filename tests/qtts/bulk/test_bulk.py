@@ -28,6 +28,7 @@ from tests.fixtures.bulk import (
     results,
     write_manifest,
 )
+from tests.fixtures.unicode import INVALID, VALID
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +141,21 @@ def test_flac_and_plain_text(cv_path: Path, tmp_path: Path) -> None:
              {"id": "3", "text": lines[2], "speaker": "ryan", "seed": 5, "max_new_tokens": 10}]
     expected = expected_files(qtts.Model(cv_path, n_threads=2), items, tmp_path, tmp_path / "expected", "flac")
     assert files_of(tmp_path / "out", "flac") == expected
+
+
+def test_unicode_corpus(cv_path: Path, tmp_path: Path) -> None:
+    """The corpus of tests/fixtures/unicode.py as manifest items: valid texts give the files of
+    Model.synthesize, lone surrogates (JSON escapes) are bad lines naming the field."""
+    items = [{"id": f"u-{i}", "text": text, "speaker": "ryan", "seed": i, "max_new_tokens": 6}
+             for i, text in enumerate(VALID.values())]
+    bad = [{"id": f"bad-{i}", "text": text, "speaker": "ryan"} for i, text in enumerate(INVALID.values())]
+    manifest = write_manifest(tmp_path / "corpus.jsonl", [*items, *bad])  # json.dumps escapes surrogates
+    run = batch_cli(manifest, "-m", cv_path, "--output-dir", tmp_path / "out", "-t", "2", "-q", cache=tmp_path)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    for line in range(len(items) + 1, len(items) + len(bad) + 1):
+        assert f"corpus.jsonl: line {line}: text is not valid Unicode: lone surrogate" in run.stderr
+    expected = expected_files(qtts.Model(cv_path, n_threads=2), items, tmp_path, tmp_path / "expected")
+    assert files_of(tmp_path / "out") == expected
 
 
 def test_clones_and_voice_files(base_path: Path, tmp_path: Path) -> None:
@@ -341,6 +357,8 @@ MANIFEST_CASES = [
     ('{"id": "a", "text": "x", "x_vector_only_mode": 1}', "x_vector_only_mode must be True or False, got int 1"),
     ('[1, 2]', "expected a JSON object"),
     ('{"id": "a", "text": "x", "frame_budget": 0}', "frame_budget"),
+    ('{"id": "a", "text": "x \\ud800 y"}', "text is not valid Unicode: lone surrogate"),
+    ('{"id": "a", "text": "x", "speaker": "\\udc80"}', "speaker is not valid Unicode"),
 ]
 
 

@@ -194,7 +194,7 @@ def test_bad_text(cv: qtts.Model) -> None:
         with pytest.raises(ValueError, match="text is empty"):
             list(empty)
         bad = sched.submit_text(iter(["Hello ", 3]), speaker="ryan")  # type: ignore[list-item]
-        with pytest.raises(TypeError, match="fragments must be str"):
+        with pytest.raises(TypeError, match="fragment must be a str"):
             list(bad)
         with pytest.raises(TypeError, match="iterable"):
             sched.submit_text("whole text", speaker="ryan")  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ import pytest
 import qtts
 from qtts.runtime.text import text_pieces
 from qtts.runtime.text_stream import final_text_ids, known_pieces
+from tests.fixtures.unicode import INVALID, VALID
 
 TEXT = "Hello world, this is a streaming test. It's got two sentences: don't stop!"
 LONG = ("The first sentence is here. A second, longer sentence follows it, with clauses; "
@@ -201,7 +202,7 @@ def test_bad_input(models: dict[str, qtts.Model]) -> None:
         model.stream_text(["Hi."], speaker="ryan", non_streaming_mode=True)
     with pytest.raises(ValueError, match="unknown speaker"):
         model.stream_text(["Hi."], speaker="nobody")
-    with pytest.raises(TypeError, match="fragments must be str"):
+    with pytest.raises(TypeError, match="fragment must be a str"):
         list(model.stream_text(["Hi", 3], speaker="ryan", max_new_tokens=5))  # type: ignore[list-item]
     with pytest.raises(ValueError, match="text is empty"):
         list(model.stream_text([" ", "\n"], speaker="ryan", max_new_tokens=5))
@@ -299,3 +300,45 @@ def test_cli_text_stream(models: dict[str, qtts.Model], gguf_dir: Path, tmp_path
                         "--speaker", "ryan", "--text-stream", "--raw"], input=b"Hi \xff\xfe there.",
                        capture_output=True, timeout=300)
     assert r.returncode != 0 and b"stdin is not UTF-8" in r.stderr
+
+
+@pytest.mark.parametrize("name", list(VALID))
+def test_unicode_corpus(models: dict[str, qtts.Model], name: str) -> None:
+    """Unusual but valid text (tests/fixtures/unicode.py) streamed in, character by character or
+    whole, is spoken as stream() speaks it; text that is not valid Unicode is refused where it is
+    written, naming it."""
+    model = models["custom_voice"]
+    text = VALID[name]
+    want = _samples(list(model.stream(text, speaker="ryan", seed=3, max_new_tokens=6, non_streaming_mode=False)))
+    for parts in (list(text), [text]):
+        got = _samples(list(model.stream_text(iter(parts), speaker="ryan", seed=3, max_new_tokens=6)))
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", list(INVALID))
+def test_unicode_corpus_refused(models: dict[str, qtts.Model], name: str) -> None:
+    model = models["custom_voice"]
+    with pytest.raises(ValueError, match="text fragment is not valid Unicode: lone surrogate"):
+        list(model.stream_text(iter(["Fine so far, ", INVALID[name]]), speaker="ryan", max_new_tokens=5))
+    assert len(_samples(list(model.stream_text(["Still fine."], speaker="ryan", max_new_tokens=3)))) > 0
+
+
+def test_cli_text_stream_unicode_corpus(models: dict[str, qtts.Model], gguf_dir: Path) -> None:
+    """The corpus piped into --text-stream in one text: the audio of stream(); a lone surrogate's
+    bytes (as CESU-8 writes it) are not UTF-8 and are refused."""
+    import subprocess
+    import sys
+
+    from qtts.runtime.audio import pcm16
+
+    text = "\n".join(VALID.values())
+    model = models["custom_voice"]
+    want = pcm16(_samples(list(model.stream(text, speaker="ryan", seed=5, max_new_tokens=6, non_streaming_mode=False))))
+    cmd = [sys.executable, "-m", "qtts.cli", "speak", "-m", str(gguf_dir / "tiny_custom_voice-f32.gguf"), "--speaker",
+           "ryan", "-s", "5", "--max-new-tokens", "6", "--text-stream", "--raw", "-q", "-t", "2"]
+    r = subprocess.run(cmd, input=text.encode(), capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout == want
+    for name in INVALID:
+        r = subprocess.run(cmd, input=INVALID[name].encode("utf-8", "surrogatepass"), capture_output=True, timeout=300)
+        assert r.returncode == 1 and b"stdin is not UTF-8" in r.stderr, r.stderr.decode()
