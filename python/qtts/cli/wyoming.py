@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     server = WyomingServer(model, scheduler, voices, request, model_id=Path(args.model).stem,
                            streaming=opts.streaming, shutdown_timeout=serving.shutdown_timeout)
 
+    _log_requests(args.quiet)
+
     def ready(where: str) -> None:
         if not args.quiet:
             print(f"qtts-cli wyoming: {model.device}, max batch {scheduler.max_batch}, max queue "
@@ -66,3 +69,14 @@ def run(args: argparse.Namespace) -> int:
         scheduler.close(cancel=True)
         model.close()
     return 0
+
+
+def _log_requests(quiet: bool) -> None:
+    """One line per request on stderr (its voice, how it ended, its frames) unless -q; warnings
+    and errors go through qtts's own handler (cli/__init__.py)."""
+    log = logging.getLogger("qtts.wyoming")
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    h = logging.StreamHandler(sys.stderr)
+    h.addFilter(lambda r: r.levelno < logging.WARNING)
+    h.setFormatter(logging.Formatter("qtts-cli wyoming: %(message)s"))
+    log.addHandler(h)

@@ -63,6 +63,7 @@ class Request:
 
     def __init__(self, streamed: bool) -> None:
         self.streamed = streamed
+        self.voice: str | None = None  # as the request named it (for the log)
         self.job: Job | None = None
         self.failure: Failure | None = None
         self.submitted = asyncio.Event()  # the job, or the failure, is known
@@ -150,6 +151,8 @@ class Connection:
         self.session: Request | None = None  # the streamed request whose stop has not come
         self.gone = False
         self._tasks: set[asyncio.Task[None]] = set()
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "unix socket"
 
     async def run(self) -> None:
         answering = asyncio.create_task(self._answer())
@@ -167,9 +170,11 @@ class Connection:
             pass
         finally:  # a submission under way finishes, and attach() cancels its job
             self.gone = True
-            for req in self.requests:
-                req.fail(Failure("the client left", "cancelled"))
+            left = list(self.requests)
             answering.cancel()
+            for req in left:
+                req.fail(Failure("the client left", "cancelled"))
+                self._spawn(self._settle(req))
             self.close()
 
     def close(self) -> None:
@@ -253,6 +258,7 @@ class Connection:
             name, language = _voice(data)
         except VoiceError as e:
             return req.refuse(failure_of(e))
+        req.voice = name
 
         async def submit() -> None:
             try:
@@ -266,10 +272,13 @@ class Connection:
                 raise
             req.attach(job)
 
-        task = asyncio.create_task(submit())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(submit())
         return req
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)  # referenced until done
+        task.add_done_callback(self._tasks.discard)
 
     async def _enqueue(self, req: Request) -> None:
         self.requests.append(req)
@@ -284,11 +293,14 @@ class Connection:
                 await self._respond(req)
             except _Gone:
                 self.gone = True
+                req.fail(Failure("the client left", "cancelled"))
+                self._spawn(self._settle(req))
                 self.writer.transport.abort()  # the reading loop sees the end, and cancels the rest
                 return
             finally:
                 self.requests.remove(req)
                 self.server.changed()
+            self._log(req)
 
     async def _respond(self, req: Request) -> None:
         await req.submitted.wait()
@@ -314,6 +326,24 @@ class Connection:
         await self._write(AudioStop().event())
         if req.streamed:
             await self._write(SynthesizeStopped().event())
+
+    async def _settle(self, req: Request) -> None:
+        """A request of a client that left: its job, cancelled, runs to its end (within a frame)."""
+        await req.submitted.wait()
+        if req.job is not None:
+            try:
+                async for _ in req.job:
+                    pass
+            except (QttsError, TypeError, ValueError):
+                pass
+        self._log(req)
+
+    def _log(self, req: Request) -> None:
+        what = f"{'synthesize-start' if req.streamed else 'synthesize'} ({req.voice or 'default voice'})"
+        outcome = f"{req.failure.code}: {req.failure.message}" if req.failure is not None else "ok"
+        if req.job is not None and req.job.done:
+            outcome += f"; {req.job.stop_reason}, {req.job.timings.frames} frames"
+        log.info("%s %s: %s", self.peer, what, outcome)
 
     async def _error(self, failure: Failure) -> None:
         await self._write(Error(text=failure.message, code=failure.code).event())

@@ -9,6 +9,7 @@ connection and returns.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from .handler import Connection
 from .protocol import MAX_LINE_BYTES
 from .voices import Voices
 
+log = logging.getLogger("qtts.wyoming")
 CANCEL_TIMEOUT_S = 10.0  # after the grace period: the scheduler's cancelled jobs end within a frame
 ATTRIBUTION = Attribution(name="qtts: Qwen3-TTS on ggml", url="https://github.com/QwenLM/Qwen3-TTS")
 
@@ -83,6 +85,8 @@ class WyomingServer:
 
     async def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
         self.draining = True
+        busy = sum(len(c.requests) for c in self.connections)
+        log.info("draining: %d requests in flight, up to %g s", busy, self.shutdown_timeout)
         try:
             await asyncio.wait_for(self._idle(), self.shutdown_timeout)
         except asyncio.TimeoutError:
