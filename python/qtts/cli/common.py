@@ -17,6 +17,15 @@ def add_load_arguments(p: argparse._ActionsContainer, command: str) -> None:
     options.add_arguments(p, options.LoadOptions, command)
 
 
+def make_scheduler(model: Any, batching: options.BatchOptions) -> Any:
+    """A server's Scheduler over `model`, its limits by the device where not given (serve, wyoming)."""
+    from ..runtime.scheduler import QUEUE_PER_SLOT, Scheduler, default_limits
+
+    max_batch = default_limits(model)[0] if batching.max_batch is None else batching.max_batch
+    max_queue = QUEUE_PER_SLOT * max_batch if batching.max_queue is None else batching.max_queue
+    return Scheduler(model, max_batch=max_batch, max_queue=max_queue, pipelined_vocoder=batching.pipelined_vocoder)
+
+
 def load_model(args: argparse.Namespace, **given: Any) -> Any:
     """qtts.load with the command's load options (`given` over its flags), where a repo id's
     one-time conversion reports like `convert` does."""

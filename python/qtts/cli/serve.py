@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"qtts-cli serve: {model.device}, max batch {max_batch}, max queue {max_queue}, vocoder "
               f"{'pipelined' if scheduler.pipelined_vocoder else 'between steps'}", file=sys.stderr)
     app = create_app(model, scheduler, model_id=_model_id(model, args), api_key=opts.api_key,
-                     voices_dir=opts.voices)
+                     voices_dir=opts.voices, voice_alias=opts.voice_alias, lists_without_key=opts.lists_without_key)
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning" if args.quiet else "info",
                             timeout_graceful_shutdown=opts.shutdown_timeout + FORCE_AFTER_S)
     _serve(config, scheduler, opts.shutdown_timeout)

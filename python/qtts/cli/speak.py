@@ -282,7 +282,7 @@ def add_sampling_arguments(s: argparse.ArgumentParser, split: bool = True) -> No
     --no-split): one per setting declared with a flag, in declaration order (runtime/config.py)."""
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
     g.add_argument("-s", "--seed", type=seed_arg,
-                   help="sampling seed in [0, 2**64) (default: random, reported by --json)")
+                   help="sampling seed in [0, 2**64) (default: random; speak --json reports it)")
     for name, spec in config.SETTING_SPECS.items():
         text = spec.help.format(default=spec.default)
         if spec.cli and spec.kind is bool:  # --name / --no-name

@@ -1,7 +1,7 @@
 """The options that are not generation settings, each declared once: how a model loads
 (`LoadOptions`), what a request asks for besides its text and settings (`RequestOptions`), how a
-stream cuts its chunks (`StreamOptions`), how a server batches (`BatchOptions`) and how it listens
-(`ServeOptions`).
+stream cuts its chunks (`StreamOptions`), how a server batches (`BatchOptions`), how it listens
+(`ServeOptions`) and how the Wyoming server answers (`WyomingOptions`).
 
 A field declared with `option(...)` carries its type and range or choices, its default, its
 check, its help and the qtts-cli commands that take it as a flag (docs/architecture.md,
@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from ..aliases import check_aliases, parse_alias
 from .config import SEED_LIMIT, check_bool, check_int, check_seed, parse_frame_budget
 
 MAX_THREADS = 1024
@@ -33,7 +34,8 @@ OPS = ("auto", "native", "portable")
 PRECISIONS = ("auto", "exact", "fast")
 
 # qtts-cli's commands that load a model and take the load options as flags
-SPEAK, SERVE, BATCH, VOICE, BENCH = "speak", "serve", "batch", "voice create", "bench"
+SPEAK, SERVE, BATCH, VOICE, BENCH, WYOMING = "speak", "serve", "batch", "voice create", "bench", "wyoming"
+SERVERS = (SERVE, WYOMING)  # the two servers take the same load, batch and voice options
 
 Parse = Callable[[str], Any]
 
@@ -50,6 +52,7 @@ class Option:
     negate: bool = False  # a True default turned off by the flag (store_false: --no-huge-pages)
     manifest: str = ""  # a bulk manifest field (JSONL, Ray rows): "text", "path" (a file) or "value"
     server: bool = False  # a field of the server's request body under its own name
+    many: bool = False  # a tuple of values: the flag takes one or more, and may be given again
 
     def flag_names(self, name: str) -> tuple[str, ...]:
         return self.flags or ("--" + name.replace("_", "-"),)
@@ -57,10 +60,11 @@ class Option:
 
 def option(default: Any, help: str, *, check: Callable[[str, Any], Any] | None = None,
            flags: tuple[str, ...] = (), commands: tuple[str, ...] = (), parse: Parse | None = None,
-           metavar: str | None = None, negate: bool = False, manifest: str = "", server: bool = False) -> Any:
+           metavar: str | None = None, negate: bool = False, manifest: str = "", server: bool = False,
+           many: bool = False) -> Any:
     """A field of an option group, declared with everything derived from it."""
     return dataclasses.field(default=default, metadata={"option": Option(
-        help, check, flags, frozenset(commands), parse, metavar, negate, manifest, server)})
+        help, check, flags, frozenset(commands), parse, metavar, negate, manifest, server, many)})
 
 
 # -- checks: each takes the option's name and value and returns the value ---------------------
@@ -188,7 +192,8 @@ class Options:
     def from_args(cls: type[G], args: argparse.Namespace, **given: Any) -> G:
         """The group from a command's parsed flags (each declared option whose flag the command
         took), `given` over them."""
-        values = {k: getattr(args, k) for k in specs_of(cls) if hasattr(args, k)}
+        values = {k: tuple(v) if spec.many and isinstance(v := getattr(args, k), list) else getattr(args, k)
+                  for k, spec in specs_of(cls).items() if hasattr(args, k)}
         return cls(**{**values, **given})
 
     def kwargs(self) -> dict[str, Any]:
@@ -223,6 +228,10 @@ def add_arguments(p: argparse._ActionsContainer, cls: type[Options], command: st
             p.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=default,
                            help=spec.help)
             continue
+        if spec.many:  # each word one value, checked alone; from_args makes the list a tuple
+            p.add_argument(*flags, dest=name, action="extend", nargs="+", default=list(default),
+                           type=_flag_type(name, spec), metavar=spec.metavar, help=spec.help)
+            continue
         choices = getattr(spec.check, "choices", None)
         p.add_argument(*flags, dest=name, default=default, type=_flag_type(name, spec), choices=choices,
                        metavar=spec.metavar, help=spec.help)
@@ -233,7 +242,7 @@ def _flag_type(name: str, spec: Option) -> Parse:
         parsed = spec.parse(value) if spec.parse is not None else value
         if spec.check is not None:
             try:
-                spec.check(name, parsed)
+                spec.check(name, (parsed,) if spec.many else parsed)
             except (TypeError, ValueError) as e:
                 raise argparse.ArgumentTypeError(str(e)) from None
         return parsed
@@ -247,25 +256,27 @@ class LoadOptions(Options):
     """How a model is loaded: qtts.load's and Model's keyword arguments (docs/python.md)."""
     n_threads: int | None = option(
         None, "CPU threads (default: the physical cores)", check=integer(1, MAX_THREADS, optional=True),
-        flags=("-t", "--threads"), commands=(SPEAK, SERVE, BATCH, VOICE), parse=_int, metavar="N")
+        flags=("-t", "--threads"), commands=(SPEAK, SERVE, BATCH, VOICE, WYOMING), parse=_int, metavar="N")
     device: str = option(
         "auto", "auto, cpu, or a ggml device name (default: auto)", check=_device,
-        commands=(SPEAK, SERVE, BATCH, VOICE))
+        commands=(SPEAK, SERVE, BATCH, VOICE, WYOMING))
     ops: str = option(
         "auto", "the audio networks' and the attention's ops: native CPU kernels or portable stock ggml ops "
-                "(default: auto, native on the CPU)", check=choice(*OPS), commands=(SPEAK, SERVE, BATCH, VOICE))
+                "(default: auto, native on the CPU)", check=choice(*OPS),
+        commands=(SPEAK, SERVE, BATCH, VOICE, WYOMING))
     precision: str = option(
         "auto", "the arithmetic: exact (F32) or fast (a GPU's TF32/BF16 products where ggml picks them; on a CPU "
                 "with AMX the vocoder's convs in BF16); default: auto, fast except for an F32 file on the CPU "
-                "(docs/gpu.md)", check=choice(*PRECISIONS), commands=(SPEAK, SERVE, BATCH, VOICE, BENCH))
+                "(docs/gpu.md)", check=choice(*PRECISIONS),
+        commands=(SPEAK, SERVE, BATCH, VOICE, BENCH, WYOMING))
     vocoder_threads: int | None = option(
         None, "pipelined synthesis: the vocoder on N of the threads while the rest generate (0: serial; default "
               "auto: chosen from the first requests' timings)", check=integer(0, MAX_THREADS - 1, optional=True),
         commands=(SPEAK,), parse=_auto_int, metavar="N|auto")
     huge_pages: bool = option(
         True, "keep the streamed weights mapped from the file (shared with other processes) instead of reading "
-              "them into huge pages", check=boolean(), flags=("--no-huge-pages",), commands=(SPEAK, SERVE, BATCH),
-        negate=True)
+              "them into huge pages", check=boolean(), flags=("--no-huge-pages",),
+        commands=(SPEAK, SERVE, BATCH, WYOMING), negate=True)
     voice_cache: bool | str | os.PathLike[str] = option(
         True, "where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off)", check=_voice_cache)
 
@@ -277,7 +288,8 @@ class RequestOptions(Options):
     speaker: str | None = option(None, "speaker name (custom_voice models; see `qtts-cli speakers MODEL`)",
                                  check=text(), commands=(SPEAK, BATCH), manifest="text")
     language: str = option("auto", "language (default: auto; see `qtts-cli languages MODEL`)",
-                           check=text(optional=False), commands=(SPEAK, BATCH), manifest="text", server=True)
+                           check=text(optional=False), commands=(SPEAK, BATCH, WYOMING), manifest="text",
+                           server=True)
     instruct: str | None = option(None, "voice / style instruction (voice_design models, 1.7B custom_voice)",
                                   check=text(), commands=(SPEAK, BATCH), manifest="text")
     voice: Any = option(None, "a cloned voice (qtts.Voice, from create_voice; base models)", check=_voice,
@@ -335,6 +347,26 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def _alias(text: str) -> tuple[str, str]:
+    try:
+        return parse_alias(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _uri(name: str, value: Any) -> Any:
+    """tcp://HOST:PORT or unix://PATH (the Wyoming convention)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    scheme, sep, rest = value.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if sep and scheme == "unix" and rest:
+        return value
+    if not (sep and scheme == "tcp" and host and colon and port.isdigit() and int(port) <= 65535):
+        raise ValueError(f"{name} must be tcp://HOST:PORT or unix://PATH, got {value!r}")
+    return value
+
+
 def _optional_text(name: str, value: Any) -> Any:
     if value is not None and not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
@@ -347,14 +379,15 @@ class BatchOptions(Options):
     scheduler.default_limits)."""
     max_batch: int | None = option(
         None, "requests generated together (default: 8 on the CPU, 64 on a GPU or other device)",
-        check=integer(1, MAX_BATCH, optional=True), commands=(SERVE,), parse=_int, metavar="N")
+        check=integer(1, MAX_BATCH, optional=True), commands=SERVERS, parse=_int, metavar="N")
     max_queue: int | None = option(
-        None, "requests waiting beyond --max-batch before the server answers 429 (default: 4 times --max-batch)",
-        check=integer(0, 4096, optional=True), commands=(SERVE,), parse=_int, metavar="N")
+        None, "requests waiting beyond --max-batch before more are refused (HTTP 429, a Wyoming error event; "
+              "default: 4 times --max-batch)",
+        check=integer(0, 4096, optional=True), commands=SERVERS, parse=_int, metavar="N")
     pipelined_vocoder: bool | None = option(
         None, "vocode a step's chunks while the next step generates, on a session of the server's own (default: "
               "on a GPU or other device, off on the CPU, whose cores both stages share)",
-        check=boolean(optional=True), commands=(SERVE,), parse=None)
+        check=boolean(optional=True), commands=SERVERS, parse=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -367,11 +400,33 @@ class ServeOptions(Options):
         None, "require Authorization: Bearer KEY on every route but /health (default: $QTTS_API_KEY)",
         check=_optional_text, commands=(SERVE,))
     voices: str | None = option(
-        None, "folder of saved voices (POST /v1/audio/voices); kept across restarts (default: in memory only)",
-        check=_optional_text, commands=(SERVE,), metavar="DIR")
+        None, "folder of saved voices, kept across restarts: serve's POST /v1/audio/voices saves there (without it, "
+              "in memory only), as does `qtts-cli voice create -o DIR/NAME.qvoice`", check=_optional_text,
+        commands=SERVERS, metavar="DIR")
     model_name: str | None = option(
         None, "the model id clients send and /v1/models lists (default: the file name)", check=_optional_text,
         commands=(SERVE,))
     shutdown_timeout: float = option(
         30.0, "on SIGINT/SIGTERM, let requests in flight finish for this long, then cancel them (default: 30)",
-        check=_seconds(0, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")
+        check=_seconds(0, 3600), commands=SERVERS, parse=_float, metavar="SECONDS")
+    voice_alias: tuple[tuple[str, str], ...] = option(
+        (), "ALIAS=VOICE: a voice name that stands for a speaker, a saved voice or (VoiceDesign) a description; "
+            "OpenAI's names have defaults on CustomVoice and VoiceDesign models (docs/integrations.md)",
+        check=check_aliases, commands=SERVERS, parse=_alias, metavar="ALIAS=VOICE", many=True)
+    lists_without_key: bool = option(
+        False, "answer GET /v1/models, /v1/audio/models and /v1/audio/voices without the API key, as clients that "
+               "list without it need (Open WebUI); synthesis still needs it", check=boolean(), commands=(SERVE,))
+
+
+@dataclass(frozen=True, kw_only=True)
+class WyomingOptions(Options):
+    """How the Wyoming server listens and answers (qtts-cli wyoming; docs/integrations.md)."""
+    uri: str = option("tcp://127.0.0.1:10200", "where to listen: tcp://HOST:PORT or unix://PATH (default: "
+                      "tcp://127.0.0.1:10200, loopback only)", check=_uri, commands=(WYOMING,))
+    default_voice: str | None = option(
+        None, "the voice of requests that name none (default: the first voice listed)", check=_optional_text,
+        commands=(WYOMING,), metavar="VOICE")
+    streaming: bool = option(
+        True, "offer no streaming synthesis: info says so, and the synthesize that comes with streamed text "
+              "(synthesize-start/-chunk/-stop) is answered instead", check=boolean(), flags=("--no-streaming",),
+        commands=(WYOMING,), negate=True)

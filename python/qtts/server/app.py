@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -14,8 +14,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..aliases import VoiceAliases
 from ..errors import QttsError
 from ..runtime.scheduler import Scheduler
+from .aliases import voice_list
 from .errors import ApiError, clone_error, error_response, install
 from .metrics import CONTENT_TYPE, Metrics, route_of
 from .schemas import MAX_INPUT_CHARS, SpeechRequest, model_list
@@ -76,12 +78,15 @@ class _CountRequests:
 
 
 def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None, api_key: str | None = None,
-               voices_dir: str | Path | None = None) -> FastAPI:
+               voices_dir: str | Path | None = None, voice_alias: Sequence[tuple[str, str]] = (),
+               lists_without_key: bool = False) -> FastAPI:
     """The server of one loaded model and its scheduler. The app closes the scheduler when it
     shuts down (in-flight jobs still running then are cancelled). With `api_key`, every route
-    but GET /health needs `Authorization: Bearer <api_key>`."""
+    but GET /health needs `Authorization: Bearer <api_key>`, but the three lists (models, audio
+    models, voices) with `lists_without_key`. `voice_alias`: (alias, voice) pairs over the
+    variant's defaults (qtts/aliases.py)."""
     served = Served(model, scheduler, VoiceStore(Path(voices_dir) if voices_dir is not None else None),
-                    model_id or model.path.stem)
+                    model_id or model.path.stem, VoiceAliases(model.variant, model.speakers, voice_alias))
     metrics = Metrics(scheduler)
     served.on_first_audio = metrics.ttfa.observe
     created = int(time.time())
@@ -105,6 +110,7 @@ def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None,
     install(app)
     app.add_middleware(_CountRequests, metrics=metrics)
     auth = [Depends(authorized)]
+    lists = [] if lists_without_key else auth  # clients that list without the key (docs/integrations.md)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -116,9 +122,13 @@ def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None,
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.get("/v1/models", dependencies=auth)
+    @app.get("/v1/models", dependencies=lists)
     async def models() -> dict[str, Any]:
         return model_list(served.model_id, created)
+
+    @app.get("/v1/audio/models", dependencies=lists)
+    async def audio_models() -> dict[str, Any]:  # Open WebUI's list of TTS models
+        return {**model_list(served.model_id, created), "models": [{"id": served.model_id, "name": served.model_id}]}
 
     @app.post("/v1/audio/speech", dependencies=auth)
     async def create_speech(body: SpeechRequest, request: Request) -> Response:
@@ -128,11 +138,9 @@ def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None,
     async def stream_speech(websocket: WebSocket) -> None:
         await speech_stream(served, websocket, api_key)  # checks the key itself: its errors are messages
 
-    @app.get("/v1/audio/voices", dependencies=auth)
+    @app.get("/v1/audio/voices", dependencies=lists)
     async def list_voices() -> dict[str, Any]:
-        builtin = [{"id": name, "object": "voice", "type": "builtin"} for name in model.speakers]
-        saved = [served.voices.describe(v) for v in served.voices.ids()]
-        return {"object": "list", "data": builtin + saved}
+        return voice_list(model.speakers, served.voices, served.aliases)
 
     @app.post("/v1/audio/voices", dependencies=auth)
     async def create_voice(audio: UploadFile = File(...),

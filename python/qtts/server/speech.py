@@ -21,9 +21,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from ..aliases import VoiceAliases
 from ..errors import QttsError
 from ..runtime.audio import AudioChunk, pcm16
 from ..runtime.scheduler import Job, QueueFull, Scheduler, SchedulerClosed
+from .aliases import resolve_voice
 from .errors import ApiError, bad_argument, clone_error, error_body
 from .formats import MEDIA_TYPES, STREAMED, change_speed, check_format, encode, wav_header
 from .schemas import SpeechRequest
@@ -39,11 +41,13 @@ _KNOWN = (set(SpeechRequest.model_fields) - {"model"}) | {"text", "speaker", "in
 
 @dataclass
 class Served:
-    """What the endpoints share: the model, its scheduler, the saved voices and the metrics hook."""
+    """What the endpoints share: the model, its scheduler, the saved voices, the voice aliases and
+    the metrics hook."""
     model: Any
     scheduler: Scheduler
     voices: VoiceStore
     model_id: str
+    aliases: VoiceAliases  # OpenAI's voice names and the operator's (qtts/aliases.py)
     on_first_audio: Callable[[float], None] = field(default=lambda s: None)
 
 
@@ -65,6 +69,7 @@ def upload_file(data: bytes) -> Iterator[str]:
 
 def _job_args(served: Served, body: SpeechRequest) -> dict[str, Any]:
     """The request's voice and settings as Model.stream's keyword arguments."""
+    body = body.model_copy(update={"voice": resolve_voice(served.aliases, body.voice, served.voices)})
     model = served.model
     variant = model.variant
     # long input: sentence pieces streamed one after another, as Model.stream does by default

@@ -28,11 +28,13 @@ from qtts.runtime.options import (
     SERVE,
     SPEAK,
     VOICE,
+    WYOMING,
     BatchOptions,
     LoadOptions,
     RequestOptions,
     ServeOptions,
     StreamOptions,
+    WyomingOptions,
     defaults_of,
     integer,
     option,
@@ -41,7 +43,8 @@ from qtts.runtime.options import (
 from qtts.runtime.scheduler import Scheduler
 from qtts.server import schemas
 
-COMMANDS = {SPEAK: ["speak"], SERVE: ["serve"], BATCH: ["batch"], VOICE: ["voice", "create"], BENCH: ["bench", "speed"]}
+COMMANDS = {SPEAK: ["speak"], SERVE: ["serve"], BATCH: ["batch"], VOICE: ["voice", "create"], BENCH: ["bench", "speed"],
+            WYOMING: ["wyoming"]}
 
 
 def _keywords(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -80,7 +83,7 @@ def _parser_flags(argv: list[str]) -> dict[str, argparse.Action]:
     return {a.dest: a for a in sub._actions}
 
 
-@pytest.mark.parametrize("group", [LoadOptions, RequestOptions, ServeOptions, BatchOptions])
+@pytest.mark.parametrize("group", [LoadOptions, RequestOptions, ServeOptions, BatchOptions, WyomingOptions])
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_command_takes_the_options_that_name_it(group: type, command: str) -> None:
     flags = _parser_flags(COMMANDS[command])
@@ -88,6 +91,35 @@ def test_every_command_takes_the_options_that_name_it(group: type, command: str)
         if command in spec.commands:
             assert name in flags, f"qtts-cli {command} lacks {spec.flag_names(name)}"
             assert flags[name].help == spec.help  # the declaration's flag, not a hand-written one
+
+
+def test_voice_alias_takes_several_values_and_flags() -> None:
+    """The option of several values (many=True): one or more words per flag, the flag again."""
+    args = cli.build_parser().parse_args(["serve", "-m", "m.gguf", "--voice-alias", "alloy=ryan",
+                                          "narrator=A calm, deep voice=low", "--voice-alias", "echo=aiden",
+                                          "--lists-without-key"])
+    opts = ServeOptions.from_args(args)
+    assert opts.voice_alias == (("alloy", "ryan"), ("narrator", "A calm, deep voice=low"), ("echo", "aiden"))
+    assert opts.lists_without_key and not ServeOptions.from_args(
+        cli.build_parser().parse_args(["serve", "-m", "m.gguf"])).lists_without_key
+    args = cli.build_parser().parse_args(["wyoming", "-m", "m.gguf", "--voice-alias", "nova=vivian", "--no-streaming",
+                                          "--uri", "tcp://0.0.0.0:10300", "--max-batch", "4", "-t", "1"])
+    assert ServeOptions.from_args(args).voice_alias == (("nova", "vivian"),)
+    assert WyomingOptions.from_args(args) == WyomingOptions(uri="tcp://0.0.0.0:10300", streaming=False)
+    assert BatchOptions.from_args(args).max_batch == 4 and LoadOptions.from_args(args).n_threads == 1
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["serve", "--voice-alias", "alloy"], "expected ALIAS=VOICE, got 'alloy'"),
+    (["serve", "--voice-alias", "=ryan"], "alias '' must be 1-64 letters"),
+    (["serve", "--voice-alias", "alloy="], "alloy's voice must be 1-4096 characters"),
+    (["wyoming", "--uri", "http://x:1"], "uri must be tcp://HOST:PORT or unix://PATH"),
+    (["wyoming", "--uri", "tcp://host"], "uri must be tcp://HOST:PORT"),
+])
+def test_bad_server_flags_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args([argv[0], "-m", "m.gguf", *argv[1:]])
+    assert message in capsys.readouterr().err
 
 
 def test_serve_takes_ops_and_voice_create_takes_precision() -> None:
