@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -76,13 +76,16 @@ class _CountRequests:
 
 
 def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None, api_key: str | None = None,
-               voices_dir: str | Path | None = None) -> FastAPI:
+               voices_dir: str | Path | None = None, voices: VoiceStore | None = None,
+               metrics_labels: Mapping[str, str] | None = None) -> FastAPI:
     """The server of one loaded model and its scheduler. The app closes the scheduler when it
     shuts down (in-flight jobs still running then are cancelled). With `api_key`, every route
-    but GET /health needs `Authorization: Bearer <api_key>`."""
-    served = Served(model, scheduler, VoiceStore(Path(voices_dir) if voices_dir is not None else None),
-                    model_id or model.path.stem)
-    metrics = Metrics(scheduler)
+    but GET /health needs `Authorization: Bearer <api_key>`. `voices` replaces the store of
+    `voices_dir` (Ray Serve's replicas share theirs); `metrics_labels` label every metric."""
+    if voices is None:
+        voices = VoiceStore(Path(voices_dir) if voices_dir is not None else None)
+    served = Served(model, scheduler, voices, model_id or model.path.stem)
+    metrics = Metrics(scheduler, metrics_labels)
     served.on_first_audio = metrics.ttfa.observe
     created = int(time.time())
 
