@@ -4,6 +4,8 @@ The names below are the public API (docs/python.md); the modules under qtts.runt
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .convert.info import ModelInfo, inspect
 from .errors import QttsError
 from .runtime.audio import Audio, AudioChunk, Timings, pcm16
@@ -15,5 +17,14 @@ from .runtime.text import split_text
 from .runtime.voice import Voice
 
 __all__ = ["Audio", "AudioChunk", "GenerationConfig", "Model", "ModelInfo", "Progress", "QttsError", "Scheduler",
-           "Timings", "Voice", "inspect", "load", "pcm16", "split_text"]
+           "Timings", "Voice", "inspect", "load", "pcm16", "serve_app", "split_text"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """qtts.serve_app (server/ray_serve.py), imported on first use: it needs the serve extra."""
+    if name == "serve_app":
+        from .server.ray_serve import serve_app
+
+        return serve_app
+    raise AttributeError(f"module 'qtts' has no attribute {name!r}")

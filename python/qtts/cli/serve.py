@@ -13,6 +13,7 @@ from typing import Any
 
 from ..runtime import options
 from ..runtime.options import SERVE, BatchOptions
+from .args import UsageError
 from .common import add_load_arguments, load_model
 
 FORCE_AFTER_S = 10  # after --shutdown-timeout, uvicorn cancels what still runs (nothing, normally)
@@ -27,6 +28,8 @@ def add_parser(sub: Any) -> None:
     options.add_arguments(p, options.ServeOptions, SERVE, defaults={"api_key": os.environ.get("QTTS_API_KEY")})
     options.add_arguments(p, BatchOptions, SERVE)
     add_load_arguments(p, SERVE)
+    options.add_arguments(p.add_argument_group("Ray Serve (docs/serving.md, \"Serving on Ray\")"),
+                          options.RayServeOptions, SERVE)
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     p.set_defaults(func=run)
 
@@ -61,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
     if not _is_loopback(opts.host) and opts.api_key is None:
         print(f"qtts-cli serve: warning: listening on {opts.host} without --api-key: anyone who can reach "
               "this address can use the server", file=sys.stderr)
+    scale = options.RayServeOptions.from_args(args)
+    if scale.ray:
+        from .serve_ray import run as run_on_ray
+
+        return run_on_ray(args, opts, batching, scale)
+    if scale != options.RayServeOptions():
+        raise UsageError("--address, --replicas, --autoscale and the autoscaling flags need --ray")
     model = load_model(args)
     max_batch = default_limits(model)[0] if batching.max_batch is None else batching.max_batch
     max_queue = QUEUE_PER_SLOT * max_batch if batching.max_queue is None else batching.max_queue

@@ -28,6 +28,7 @@ from .config import SEED_LIMIT, check_bool, check_int, check_seed, parse_frame_b
 
 MAX_THREADS = 1024
 MAX_BATCH = 256  # the native core's limit on sequences stepped together
+MAX_REPLICAS = 1024  # qtts-cli serve --ray's replicas
 MAX_CHUNK_FRAMES = 4096  # the most frames a stream's chunk may take
 OPS = ("auto", "native", "portable")
 # The arithmetic (docs/kernels.md, "Precision"): "auto" is fast except for an F32 file on the CPU.
@@ -430,3 +431,66 @@ class WyomingOptions(Options):
         True, "offer no streaming synthesis: info says so, and the synthesize that comes with streamed text "
               "(synthesize-start/-chunk/-stop) is answered instead", check=boolean(), flags=("--no-streaming",),
         commands=(WYOMING,), negate=True)
+
+
+def _replica_range(text: str) -> tuple[int, int]:
+    """A flag's MIN:MAX."""
+    low, sep, high = text.partition(":")
+    try:
+        return int(low), int(high)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN:MAX (two integers), got {text!r}") from None
+
+
+def _autoscale(name: str, value: Any) -> Any:
+    if value is None:
+        return value
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"{name} must be (min, max) replicas, got {value!r}")
+    low, high = value
+    check_int(f"{name} min", low, 0, MAX_REPLICAS)
+    check_int(f"{name} max", high, 1, MAX_REPLICAS)
+    if low > high:
+        raise ValueError(f"{name} needs min <= max, got {low}:{high}")
+    return value
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class RayServeOptions(Options):
+    """How `qtts-cli serve --ray` runs the server on Ray Serve: the cluster, the replicas and how
+    Serve's autoscaler adds and removes them (docs/serving.md, "Serving on Ray")."""
+    ray: bool = option(
+        False, "serve through Ray Serve: replicas of the model behind Serve's HTTP proxy, one per --replicas "
+               "(pip install 'qtts[serve]')", check=boolean(), commands=(SERVE,))
+    address: str | None = option(
+        None, "with --ray: join this Ray cluster (default: start a local Ray instance, stopped at exit)",
+        check=_optional_text, commands=(SERVE,))
+    replicas: int = option(
+        1, "with --ray: replicas of the model, each loading it once with its share of --threads (default 1)",
+        check=integer(1, MAX_REPLICAS), commands=(SERVE,), parse=_int, metavar="N")
+    autoscale: tuple[int, int] | None = option(
+        None, "with --ray: let Serve's autoscaler keep MIN to MAX replicas, by the requests in their queues "
+              "(instead of --replicas)", check=_autoscale, commands=(SERVE,), parse=_replica_range, metavar="MIN:MAX")
+    target_queued: int = option(
+        2, "with --autoscale: requests waiting per replica, beyond the --max-batch it runs, to aim at (default 2)",
+        check=integer(0, 4096), commands=(SERVE,), parse=_int, metavar="N")
+    upscale_delay_s: float = option(
+        30.0, "with --autoscale: how long the queues must ask for more replicas before one is added (default 30)",
+        check=_seconds(0, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")
+    downscale_delay_s: float = option(
+        600.0, "with --autoscale: how long they must ask for fewer before one is removed (default 600)",
+        check=_seconds(0, 86400), commands=(SERVE,), parse=_float, metavar="SECONDS")
+    look_back_period_s: float = option(
+        30.0, "with --autoscale: the window over which the queue lengths are averaged (default 30)",
+        check=_seconds(0.1, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.autoscale is not None and self.replicas != 1:
+            raise ValueError("give replicas or autoscale, not both")
+
+    @property
+    def most_replicas(self) -> int:
+        """The replicas there may be at once (what the threads are shared by)."""
+        return self.replicas if self.autoscale is None else self.autoscale[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -79,15 +79,19 @@ class _CountRequests:
 
 def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None, api_key: str | None = None,
                voices_dir: str | Path | None = None, voice_alias: Sequence[tuple[str, str]] = (),
-               lists_without_key: bool = False) -> FastAPI:
+               lists_without_key: bool = False, voices: VoiceStore | None = None,
+               metrics_labels: Mapping[str, str] | None = None) -> FastAPI:
     """The server of one loaded model and its scheduler. The app closes the scheduler when it
     shuts down (in-flight jobs still running then are cancelled). With `api_key`, every route
     but GET /health needs `Authorization: Bearer <api_key>`, but the three lists (models, audio
     models, voices) with `lists_without_key`. `voice_alias`: (alias, voice) pairs over the
-    variant's defaults (qtts/aliases.py)."""
-    served = Served(model, scheduler, VoiceStore(Path(voices_dir) if voices_dir is not None else None),
-                    model_id or model.path.stem, VoiceAliases(model.variant, model.speakers, voice_alias))
-    metrics = Metrics(scheduler)
+    variant's defaults (qtts/aliases.py). `voices` replaces the store of `voices_dir` (Ray
+    Serve's replicas share theirs); `metrics_labels` label every metric."""
+    if voices is None:
+        voices = VoiceStore(Path(voices_dir) if voices_dir is not None else None)
+    served = Served(model, scheduler, voices, model_id or model.path.stem,
+                    VoiceAliases(model.variant, model.speakers, voice_alias))
+    metrics = Metrics(scheduler, metrics_labels)
     served.on_first_audio = metrics.ttfa.observe
     created = int(time.time())
 

@@ -1,8 +1,9 @@
 """Prometheus metrics of one app: HTTP requests by route and status, time to first audio, and
-the scheduler's own counters and gauges, read from its stats at scrape time."""
+the scheduler's own counters and gauges, read from its stats at scrape time; every sample
+labelled with the app's own labels if it has any (a Ray Serve replica's id)."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -33,9 +34,22 @@ class _SchedulerCollector(Collector):
                                   value=s.cancelled_total)
 
 
+class _Labelled(Collector):
+    """A registry's metrics with constant labels added to every sample."""
+
+    def __init__(self, registry: CollectorRegistry, labels: Mapping[str, str]) -> None:
+        self.registry, self.labels = registry, dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.registry.collect():
+            metric.samples = [s._replace(labels={**s.labels, **self.labels}) for s in metric.samples]
+            yield metric
+
+
 class Metrics:
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Scheduler, labels: Mapping[str, str] | None = None) -> None:
         self.registry = CollectorRegistry()
+        self._exported: CollectorRegistry | _Labelled = _Labelled(self.registry, labels) if labels else self.registry
         self.requests = Counter("qtts_http_requests", "HTTP requests by route and status", ["route", "status"],
                                 registry=self.registry)
         self.ttfa = Histogram("qtts_time_to_first_audio_seconds",
@@ -47,7 +61,7 @@ class Metrics:
         self.requests.labels(route=route, status=str(status)).inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self._exported)  # type: ignore[arg-type]
 
 
 def route_of(scope: dict[str, Any]) -> str:

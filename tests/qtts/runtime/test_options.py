@@ -31,6 +31,7 @@ from qtts.runtime.options import (
     WYOMING,
     BatchOptions,
     LoadOptions,
+    RayServeOptions,
     RequestOptions,
     ServeOptions,
     StreamOptions,
@@ -83,7 +84,8 @@ def _parser_flags(argv: list[str]) -> dict[str, argparse.Action]:
     return {a.dest: a for a in sub._actions}
 
 
-@pytest.mark.parametrize("group", [LoadOptions, RequestOptions, ServeOptions, BatchOptions, WyomingOptions])
+@pytest.mark.parametrize("group", [LoadOptions, RequestOptions, ServeOptions, BatchOptions, WyomingOptions,
+                                   RayServeOptions])
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_command_takes_the_options_that_name_it(group: type, command: str) -> None:
     flags = _parser_flags(COMMANDS[command])
