@@ -19,7 +19,8 @@ from .common import add_load_arguments
 COMMANDS = {"speed": ("speed", "run_speed", "format_speed"), "memory": ("memory", "run_memory", "format_memory"),
             "quality": ("quality", "run_quality", "format_quality"), "micro": ("micro", "run_micro", "format_micro"),
             "matmul": ("matmul", "run_matmul", "format_matmul"), "ops": ("ops", "run_ops", "format_ops"),
-            "serve": ("serve", "run_serve", "format_serve"), "batch": ("batch", "run_bulk", "format_bulk")}
+            "serve": ("serve", "run_serve", "format_serve"), "batch": ("batch", "run_bulk", "format_bulk"),
+            "first-audio": ("first_audio", "run_first_audio", "format_first_audio")}
 RELEASE_HELP = "released configuration to build (default 0.6B-Base)"
 DEVICE_HELP = "cpu (default), auto, or a ggml device name: where the model runs, as qtts.load(device=...)"
 
@@ -126,6 +127,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random weights, the arrival times and the requests (default 0)")
     _tail(p)
+
+    p = bs.add_parser("first-audio", help="streamed text's first audio over the WebSocket route and over Wyoming")
+    p.add_argument("-m", "--model", required=True, help="a CustomVoice GGUF (its speakers are the voices)")
+    p.add_argument("--voice", default="ryan", help="the speaker (default ryan)")
+    p.add_argument("--repeat", type=_positive(int, "repeat"), default=10,
+                   help="measured sessions per route, after one warm-up (default 10)")
+    p.add_argument("--frames", type=_positive(int, "frames"), default=40,
+                   help="frames per session (max_new_tokens; default 40)")
+    p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="the sessions' sampling seed (default 0)")
+    _tail(p, quiet=None)
 
     p = bs.add_parser("batch", help="bulk synthesis: 1 worker, --jobs 2 and --ray with 2 actors")
     p.add_argument("--release", default="0.6B-Base", help=RELEASE_HELP)
