@@ -64,7 +64,7 @@ def _phase(port: int, spec: str, seed: int, duration: float) -> dict[str, Any]:
     clients, rate, frames = int(spec.split(",")[0]), float(spec.split(",")[1]), int(spec.split(",")[2])
 
     def body(i: int, n: int) -> dict[str, Any]:
-        return {"model": "bench", "input": TEXT, "voice": "ryan", "response_format": "pcm", "stream_format": "audio",
+        return {"model": "tts-1", "input": TEXT, "voice": "ryan", "response_format": "pcm", "stream_format": "audio",
                 "seed": seed + i, "max_new_tokens": n + 1}
 
     run_clients_process(port, [body(0, 4), body(1, 4)], [0.0, 0.0], 300, SAMPLE_RATE)  # warm-up

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, opts: ServeOptions, batch: BatchOptions, scale
             ray.init(address=scale.address, num_cpus=None if scale.address else threads * scale.most_replicas,
                      include_dashboard=False, log_to_driver=False,
                      logging_level=logging.ERROR if args.quiet else logging.WARNING)
-            started_ray = scale.address is None
+            started_ray = True  # a local instance stops at shutdown; a cluster is only left
             for sig in previous:  # Ray's core installs its own SIGTERM handler, which would kill the driver
                 signal.signal(sig, _stop)
         logging.getLogger("ray.serve").setLevel(logging.ERROR if args.quiet else logging.WARNING)
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace, opts: ServeOptions, batch: BatchOptions, scale
                     serve.delete(APP)
         finally:
             if started_ray:
-                ray.shutdown()
+                ray.shutdown()  # the local instance's processes stop; a cluster's driver disconnects
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     return 0

@@ -28,8 +28,6 @@ import qtts
 from qtts.runtime.audio import pcm16
 from tests.fixtures.ray_serve import RayApp, start_ray_app
 
-pytest.importorskip("ray.serve", reason="the serve extra (ray[serve]) is part of the test extra")
-
 MODEL = "tiny_base-f32"
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
