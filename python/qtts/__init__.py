@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .convert.info import ModelInfo, inspect
 from .errors import QttsError
+from .runtime.aligner import Aligner, load_aligner
 from .runtime.audio import Audio, AudioChunk, Timings, pcm16
 from .runtime.config import GenerationConfig
 from .runtime.model import Model, load
@@ -13,7 +14,8 @@ from .runtime.scheduler import Scheduler
 from .runtime.speech import Progress
 from .runtime.text import split_text
 from .runtime.voice import Voice
+from .runtime.words import Word
 
-__all__ = ["Audio", "AudioChunk", "GenerationConfig", "Model", "ModelInfo", "Progress", "QttsError", "Scheduler",
-           "Timings", "Voice", "inspect", "load", "pcm16", "split_text"]
+__all__ = ["Aligner", "Audio", "AudioChunk", "GenerationConfig", "Model", "ModelInfo", "Progress", "QttsError",
+           "Scheduler", "Timings", "Voice", "Word", "inspect", "load", "load_aligner", "pcm16", "split_text"]
 __version__ = "0.1.0"
