@@ -55,6 +55,46 @@ def _need_reference() -> None:
         pytest.skip(msg)
 
 
+def _need_aligner_reference() -> None:
+    _need_reference()
+    try:
+        from tests.fixtures.aligner import install_stubs
+
+        install_stubs()
+        import qwen_asr  # noqa: F401
+    except ImportError as e:
+        msg = f"the qwen-asr reference is not installed ({e}); see README.md for the test command"
+        if IN_CI or BLOCK_TORCH:
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def reference_aligner_dir() -> Path:
+    """The tiny Qwen3-ForcedAligner checkpoint, built with qwen-asr's classes (tests/fixtures/aligner.py)."""
+    _need_aligner_reference()
+    from tests.fixtures.aligner import ensure_aligner
+
+    return ensure_aligner()
+
+
+@pytest.fixture(scope="session")
+def aligner_gguf(reference_aligner_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny aligner converted at F32, BF16, Q8_0 and Q4_K, by type."""
+    from qtts.convert.checkpoint import convert
+
+    out = tmp_path_factory.mktemp("aligner")
+    return {t: convert(reference_aligner_dir, out / f"aligner-{t}.gguf", t) for t in ("f32", "bf16", "q8_0", "q4_k")}
+
+
+@pytest.fixture(scope="session")
+def reference_aligner(reference_aligner_dir: Path):
+    """qwen-asr's Qwen3ForcedAligner over the tiny checkpoint (float32, CPU)."""
+    from tests.fixtures.aligner import load_reference
+
+    return load_reference(reference_aligner_dir)
+
+
 @pytest.fixture(scope="session")
 def fixture_root() -> Path:
     _need_reference()

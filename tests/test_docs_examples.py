@@ -2,8 +2,8 @@
 documentation cannot go stale (docs/developing.md, "The examples in the documentation").
 
 Each ```python block runs in a fresh interpreter inside a scratch folder holding the files the
-examples name (model.gguf, custom_voice.gguf, base.gguf, voice-design.gguf, me.wav). The server
-examples talk to a live `qtts-cli serve` on a loopback port: their documented address and key are
+examples name (model.gguf, custom_voice.gguf, base.gguf, voice-design.gguf, aligner.gguf, me.wav).
+The server examples talk to a live `qtts-cli serve` on a loopback port: their documented address and key are
 replaced by that server's. A block whose info string says `norun` is not run.
 """
 from __future__ import annotations
@@ -81,11 +81,12 @@ def test_blocks_are_read_with_their_info_string(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def workdir(fixture_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The files the examples name: tiny models at F32 and a 3 s reference clip."""
+def workdir(fixture_root: Path, reference_aligner_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The files the examples name: tiny models at F32, the tiny forced aligner and a 3 s reference clip."""
     from qtts.convert.checkpoint import convert
 
     d = tmp_path_factory.mktemp("docs")
+    convert(reference_aligner_dir, d / "aligner.gguf", "f32")
     for name, files in (("tiny_custom_voice", ("model.gguf", "custom_voice.gguf")), ("tiny_base", ("base.gguf",)),
                         ("tiny_voice_design", ("voice-design.gguf",))):
         convert(fixture_root / name, d / files[0], "f32")

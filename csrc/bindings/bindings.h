@@ -16,6 +16,7 @@ void bind_tools(pybind11::module_ & m);    // read_tokenizer, sample_tokens, qua
 void bind_batch(pybind11::module_ & m);   // Batch (continuous batching)
 void bind_ops(pybind11::module_ & m);      // the ops submodule: custom ops one at a time, SIMD path (tests)
 void bind_vocoder(pybind11::module_ & m);  // Session's vocoder calls (after bind_session)
+void bind_aligner(pybind11::module_ & m);  // AlignerModel, AlignerSession (after bind_model: Ops, Precision)
 
 using FloatRows = pybind11::array_t<float, pybind11::array::c_style | pybind11::array::forcecast>;
 

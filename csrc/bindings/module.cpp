@@ -44,6 +44,7 @@ PYBIND11_MODULE(_core, mod) {
     qtts::bind_model(mod);
     qtts::bind_session(mod);
     qtts::bind_vocoder(mod);
+    qtts::bind_aligner(mod);
     qtts::bind_batch(mod);
     qtts::bind_tools(mod);
     qtts::bind_ops(mod);

@@ -75,12 +75,12 @@ py::bytes quantize_rows(const FloatRows & a, const std::string & type_name, int 
 void bind_tools(py::module_ & m) {
     m.def(
         "read_tokenizer",
-        [](const std::string & path) {
+        [](const std::string & path, const std::string & architecture) {
             std::vector<std::string> tokens, merges;
             std::vector<int32_t> types;
             {
                 py::gil_scoped_release release;
-                GgufFile f(path);  // the native parser: gguf-py takes seconds over a 151k vocabulary
+                GgufFile f(path, architecture);  // the native parser: gguf-py takes seconds over a 151k vocabulary
                 for (const char * key : {kv::TOKENIZER_TOKENS, kv::TOKENIZER_TOKEN_TYPE, kv::TOKENIZER_MERGES}) {
                     if (!f.has(key))
                         fail("%s: metadata key '%s' is missing (no tokenizer in this file)", path.c_str(), key);
@@ -91,7 +91,8 @@ void bind_tools(py::module_ & m) {
             }
             return py::make_tuple(tokens, types, merges);
         },
-        py::arg("path"), "(tokens, token types, merges) of a qtts GGUF file.");
+        py::arg("path"), py::arg("architecture") = std::string(kv::ARCH_NAME),
+        "(tokens, token types, merges) of a qtts GGUF file (a model's, or an aligner's: architecture).");
     m.def(
         "sample_tokens",
         [](const FloatRows & logits, bool do_sample, float temperature, int top_k, float top_p, uint64_t seed) {

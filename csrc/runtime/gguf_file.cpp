@@ -13,6 +13,7 @@
 #include "runtime/error.h"
 #include "runtime/host_memory.h"
 #include "runtime/mapped_file.h"
+#include "runtime/names.h"
 
 namespace qtts {
 
@@ -71,7 +72,7 @@ static int n_dims_of(const int64_t * ne) {
     return n;
 }
 
-GgufFile::GgufFile(const std::string & path) : path_(path) {
+GgufFile::GgufFile(const std::string & path, const std::string & architecture) : path_(path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
         fail("%s: is a directory, not a GGUF file (convert a Hugging Face checkpoint with "
@@ -106,8 +107,12 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
              gguf_type_name(gguf_get_kv_type(gguf_, arch)));
     }
     std::string name = gguf_get_val_str(gguf_, arch);
-    if (name != "qwen3-tts") {
-        fail("%s: architecture is '%s', expected 'qwen3-tts'", path.c_str(), name.c_str());
+    if (name != architecture) {
+        // the two architectures qtts writes, each with its own loader
+        const char * hint = name == kv::ALIGNER_ARCH_NAME ? ": a forced aligner, for qtts.load_aligner"
+                            : name == kv::ARCH_NAME       ? ": a text-to-speech model, for qtts.load"
+                                                          : "";
+        fail("%s: architecture is '%s', expected '%s'%s", path.c_str(), name.c_str(), architecture.c_str(), hint);
     }
 }
 

@@ -13,6 +13,7 @@
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "gguf.h"
+#include "runtime/names.h"
 
 namespace qtts {
 
@@ -28,7 +29,9 @@ class HugePageBuffer;
 
 class GgufFile {
 public:
-    explicit GgufFile(const std::string & path);
+    // architecture: the value general.architecture must have (a text-to-speech model's, or
+    // kv::ALIGNER_ARCH_NAME)
+    explicit GgufFile(const std::string & path, const std::string & architecture = kv::ARCH_NAME);
     ~GgufFile();
     GgufFile(const GgufFile &) = delete;
     GgufFile & operator=(const GgufFile &) = delete;

@@ -106,6 +106,31 @@ constexpr const char * GEN_SUB_TOP_K = "qwen3-tts.generation.subtalker_top_k";
 constexpr const char * GEN_SUB_TOP_P = "qwen3-tts.generation.subtalker_top_p";
 constexpr const char * GEN_MAX_NEW_TOKENS = "qwen3-tts.generation.max_new_tokens";
 
+// Qwen3-ForcedAligner files (docs/aligner.md): an architecture of their own, read by
+// runtime/aligner_model; the tokenizer keys above are shared.
+constexpr const char * ALIGNER_ARCH_NAME = "qwen3-forced-aligner";
+constexpr const char * ALIGNER_FORMAT_VERSION = "qwen3-forced-aligner.format_version";
+constexpr unsigned ALIGNER_FORMAT = 1;  // the value of ALIGNER_FORMAT_VERSION this build reads and writes
+constexpr const char * ALIGNER_SOURCE = "qwen3-forced-aligner.source";
+constexpr const char * ALIGNER_LANGUAGES = "qwen3-forced-aligner.languages";
+constexpr const char * ALIGNER_AUDIO_START_ID = "qwen3-forced-aligner.audio_start_id";
+constexpr const char * ALIGNER_AUDIO_END_ID = "qwen3-forced-aligner.audio_end_id";
+constexpr const char * ALIGNER_AUDIO_PAD_ID = "qwen3-forced-aligner.audio_pad_id";
+constexpr const char * ALIGNER_TIMESTAMP_ID = "qwen3-forced-aligner.timestamp_id";
+constexpr const char * ALIGNER_TIMESTAMP_MS = "qwen3-forced-aligner.timestamp_segment_ms";
+constexpr const char * ALIGNER_VOCAB_SIZE = "qwen3-forced-aligner.decoder.vocab_size";
+constexpr const char * ALIGNER_CLASS_COUNT = "qwen3-forced-aligner.decoder.timestamp_classes";
+constexpr const char * P_ALIGNER_AUDIO = "qwen3-forced-aligner.audio_encoder";
+constexpr const char * P_ALIGNER_DEC = "qwen3-forced-aligner.decoder";
+constexpr const char * AENC_SAMPLE_RATE = "qwen3-forced-aligner.audio_encoder.sample_rate";
+constexpr const char * AENC_N_FFT = "qwen3-forced-aligner.audio_encoder.n_fft";
+constexpr const char * AENC_HOP_LENGTH = "qwen3-forced-aligner.audio_encoder.hop_length";
+constexpr const char * AENC_MEL_BINS = "qwen3-forced-aligner.audio_encoder.mel_bins";
+constexpr const char * AENC_CONV_CHANNELS = "qwen3-forced-aligner.audio_encoder.conv_channels";
+constexpr const char * AENC_OUTPUT_LENGTH = "qwen3-forced-aligner.audio_encoder.output_length";
+constexpr const char * AENC_CHUNK_FRAMES = "qwen3-forced-aligner.audio_encoder.chunk_frames";
+constexpr const char * AENC_WINDOW_FRAMES = "qwen3-forced-aligner.audio_encoder.window_frames";
+
 constexpr const char * TOKENIZER_MODEL = "tokenizer.ggml.model";
 constexpr const char * TOKENIZER_PRE = "tokenizer.ggml.pre";
 constexpr const char * TOKENIZER_TOKENS = "tokenizer.ggml.tokens";
@@ -132,6 +157,13 @@ constexpr const char * L_FFN_GATE = "%s.blk.%d.ffn_gate.weight";
 constexpr const char * L_FFN_UP = "%s.blk.%d.ffn_up.weight";
 constexpr const char * L_FFN_DOWN = "%s.blk.%d.ffn_down.weight";
 constexpr const char * L_FFN_SCALE = "%s.blk.%d.ffn_scale";
+// the biases of the aligner's audio encoder layers (Whisper-style linears)
+constexpr const char * L_ATTN_Q_B = "%s.blk.%d.attn_q.bias";
+constexpr const char * L_ATTN_K_B = "%s.blk.%d.attn_k.bias";
+constexpr const char * L_ATTN_V_B = "%s.blk.%d.attn_v.bias";
+constexpr const char * L_ATTN_OUT_B = "%s.blk.%d.attn_output.bias";
+constexpr const char * L_FFN_UP_B = "%s.blk.%d.ffn_up.bias";
+constexpr const char * L_FFN_DOWN_B = "%s.blk.%d.ffn_down.bias";
 
 constexpr const char * TALKER = "talker";
 constexpr const char * TALKER_TEXT_EMBD = "talker.text_embd.weight";
@@ -229,5 +261,23 @@ constexpr const char * ENC_SEM_IN = "codec_enc.rvq_semantic.input_proj.weight";
 constexpr const char * ENC_SEM_CODEBOOK = "codec_enc.rvq_semantic.codebook.%d";
 constexpr const char * ENC_ACU_IN = "codec_enc.rvq_acoustic.input_proj.weight";
 constexpr const char * ENC_ACU_CODEBOOK = "codec_enc.rvq_acoustic.codebook.%d";
+
+// Qwen3-ForcedAligner: the audio encoder (three stride-2 Conv2d kept as torch's [out, in, 3, 3],
+// their flattened output's projection, Whisper-style layers, the final norm and two projections
+// into the decoder) and the Qwen3 decoder with its timestamp head.
+constexpr const char * AENC = "aenc";
+constexpr const char * AENC_CONV = "aenc.conv.%d.weight";
+constexpr const char * AENC_CONV_B = "aenc.conv.%d.bias";
+constexpr const char * AENC_CONV_OUT = "aenc.conv_out.weight";
+constexpr const char * AENC_OUTPUT_NORM = "aenc.output_norm.weight";
+constexpr const char * AENC_OUTPUT_NORM_B = "aenc.output_norm.bias";
+constexpr const char * AENC_PROJ1 = "aenc.proj1.weight";
+constexpr const char * AENC_PROJ1_B = "aenc.proj1.bias";
+constexpr const char * AENC_PROJ2 = "aenc.proj2.weight";
+constexpr const char * AENC_PROJ2_B = "aenc.proj2.bias";
+constexpr const char * ADEC = "adec";
+constexpr const char * ADEC_TOKEN_EMBD = "adec.token_embd.weight";
+constexpr const char * ADEC_OUTPUT_NORM = "adec.output_norm.weight";
+constexpr const char * ADEC_TIMESTAMP_HEAD = "adec.timestamp_head.weight";
 
 }  // namespace qtts::tn

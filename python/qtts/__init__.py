@@ -8,6 +8,7 @@ from typing import Any
 
 from .convert.info import ModelInfo, inspect
 from .errors import QttsError
+from .runtime.aligner import Aligner, load_aligner
 from .runtime.audio import Audio, AudioChunk, Timings, pcm16
 from .runtime.config import GenerationConfig
 from .runtime.model import Model, load
@@ -15,9 +16,11 @@ from .runtime.scheduler import Scheduler
 from .runtime.speech import Progress
 from .runtime.text import split_text
 from .runtime.voice import Voice
+from .runtime.words import Word
 
-__all__ = ["Audio", "AudioChunk", "GenerationConfig", "Model", "ModelInfo", "Progress", "QttsError", "Scheduler",
-           "Timings", "Voice", "inspect", "load", "pcm16", "serve_app", "split_text"]
+__all__ = ["Aligner", "Audio", "AudioChunk", "GenerationConfig", "Model", "ModelInfo", "Progress", "QttsError",
+           "Scheduler", "Timings", "Voice", "Word", "inspect", "load", "load_aligner", "pcm16", "serve_app",
+           "split_text"]
 __version__ = "0.1.0"
 
 

@@ -1,5 +1,6 @@
-"""Import shim for the qwen-tts 0.1.1 reference (tests, `qtts-cli bench --compare-reference`) on a
-machine without torchaudio / sox / onnxruntime.
+"""Import shim for the references, qwen-tts 0.1.1 (tests, `qtts-cli bench --compare-reference`) and
+qwen-asr 0.0.6 (the forced aligner's tests), on a machine without torchaudio / sox / onnxruntime /
+nagisa.
 
 `import qwen_tts` (and any `qwen_tts.*` submodule, since the package __init__ runs first)
 imports qwen_tts.core.tokenizer_25hz.vq.speech_vq, which does
@@ -8,6 +9,8 @@ at module level. Those three are only *used* inside the 25Hz (V1) tokenizer's
 XVectorExtractor methods, which the 12Hz models never touch.  We register empty
 placeholder modules for whichever of them is not importable, BEFORE importing qwen_tts.
 Any accidental use raises AttributeError immediately (nothing is silently faked).
+qwen-asr's forced aligner imports nagisa (its Japanese word splitter) at module level; the other
+languages never call it.
 """
 import importlib.machinery
 import importlib.util
@@ -41,7 +44,7 @@ def _stub(name: str) -> None:
 
 
 def install() -> list:
-    """Register the placeholders; call before the first `import qwen_tts`."""
-    for n in ("sox", "onnxruntime", "torchaudio.compliance.kaldi"):
+    """Register the placeholders; call before the first `import qwen_tts` or `import qwen_asr`."""
+    for n in ("sox", "onnxruntime", "torchaudio.compliance.kaldi", "nagisa"):
         _stub(n)
     return list(_STUBBED)

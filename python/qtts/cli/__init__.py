@@ -5,8 +5,8 @@ Base models clone a voice from a reference clip, either on the fly
 (`speak --ref-audio ref.wav --ref-text "its transcript"`, or `--x-vector-only` without one) or
 once into a voice file (`voice create ... -o me.qvoice`) that `speak --voice me.qvoice` reuses.
 
-Each command lives in its own module (speak, voice, batch, serve, wyoming, files, bench) with its parser and its run
-function; this module wires them together and turns errors into exit statuses.
+Each command lives in its own module (speak, voice, batch, serve, wyoming, align, files, bench) with its parser
+and its run function; this module wires them together and turns errors into exit statuses.
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import QttsError
-from . import batch, files, serve, speak, voice, wyoming
+from . import align, batch, files, serve, speak, voice, wyoming
 from .args import CliError, Parser, UsageError
 
-COMMANDS = ("speak", "voice", "batch", "serve", "wyoming", "convert", "quantize", "info", "speakers", "languages",
-            "bench")
+COMMANDS = ("speak", "voice", "batch", "serve", "wyoming", "align", "convert", "quantize", "info", "speakers",
+            "languages", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_parser(sub)
     serve.add_parser(sub)
     wyoming.add_parser(sub)
+    align.add_parser(sub)
     files.add_parsers(sub)
     bench.add_parser(sub)
     return p

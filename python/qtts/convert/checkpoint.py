@@ -30,39 +30,21 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType as QT
-from gguf import GGUFValueType as VT
-from gguf import GGUFWriter, quants
-from gguf.constants import GGML_QUANT_SIZES
+from gguf import GGUFWriter
 
 from ..runtime.tokenizer import tokenizer_metadata
 from ..threads import resolve_threads
 from . import hfconfig
+from .aligner import convert_aligner, is_aligner
 from .gguf_write import OutTensor, write_gguf
 from .names import KV, TN
-from .safetensors_io import TensorRef, open_checkpoint, to_f32
-from .weight_types import FILE_TYPE, K_QUANT_TYPES, WEIGHT_TYPES
-
-_FULL_TYPES = {"f32": QT.F32, "bf16": QT.BF16, "q8_0": QT.Q8_0}
-_K_QUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
-_CHUNK_ELEMS = 1 << 24
-
-Transform = Callable[[list[np.ndarray]], np.ndarray]
-
-
-@dataclass
-class Entry:
-    name: str
-    sources: list[TensorRef]
-    shape: tuple[int, ...]          # numpy order after the transform
-    role: str                       # "linear", "text_embd", "codec_embd" or "f32"
-    transform: Transform | None = None
-    qtype: QT = QT.F32
+from .safetensors_io import TensorRef, open_checkpoint
+from .tensors import Entry, Transform, choose_types, encode, nbytes, write_metadata
+from .weight_types import FILE_TYPE, WEIGHT_TYPES
 
 
 def _squeeze_k1(refs: list[np.ndarray]) -> np.ndarray:
@@ -353,63 +335,14 @@ def _match_rule(name: str, ref: TensorRef) -> Entry | None:
     return None
 
 
-def choose_types(entries: list[Entry], out_type: str) -> None:
-    """The per-tensor type policy: only talker/predictor matrices and tables change type."""
-    if out_type in K_QUANT_TYPES:
-        from .quantize import policy_type
-
-        for e in entries:
-            e.qtype = policy_type(e.name, e.shape, out_type)[0]
-        return
-    target = _FULL_TYPES[out_type]
-    for e in entries:
-        e.qtype = QT.F32
-        if target == QT.F32 or len(e.shape) != 2:
-            continue
-        if target == QT.BF16 and e.role in ("linear", "text_embd", "codec_embd"):
-            e.qtype = QT.BF16
-        elif target == QT.Q8_0 and e.role in ("linear", "text_embd"):
-            # rows that are not a whole number of blocks stay exact rather than fail
-            e.qtype = QT.Q8_0 if e.shape[-1] % GGML_QUANT_SIZES[QT.Q8_0][0] == 0 else QT.BF16
-
-
-def _nbytes(e: Entry) -> int:
-    block, size = GGML_QUANT_SIZES[e.qtype]
-    return int(np.prod(e.shape[:-1], dtype=np.int64)) * (e.shape[-1] // block) * size
-
-
-def _encode(e: Entry, n_threads: int) -> Iterator[bytes]:
-    """Yield the entry's bytes in row chunks (whole rows, as the K-quants need) so that peak
-    memory stays near one chunk."""
-    if e.transform is not None:
-        chunks = [e.transform([r.f32() for r in e.sources])]
-    else:
-        src = e.sources[0]
-        n_rows = int(np.prod(src.shape[:-1], dtype=np.int64)) if len(src.shape) > 1 else 1
-        step = max(1, _CHUNK_ELEMS // max(1, src.shape[-1] if src.shape else 1))
-        spans = [(i, min(i + step, n_rows)) for i in range(0, n_rows, step)]
-        if e.qtype == QT.BF16 and src.dtype == "BF16":
-            for a, b in spans:
-                yield src.read_rows(a, b).tobytes()
-            return
-        chunks = (to_f32(src.read_rows(a, b), src.dtype) for a, b in spans)
-    for c in chunks:
-        c = np.ascontiguousarray(c, dtype=np.float32)
-        if e.qtype == QT.F32:
-            yield c.tobytes()
-        elif e.qtype in _K_QUANTS:
-            from .._native import core  # the quantizer `qtts.quantize` uses: the same bytes
-
-            yield core.quantize(c.reshape(-1, c.shape[-1]), e.qtype.name.lower(), n_threads)
-        else:
-            yield quants.quantize(c.reshape(-1, c.shape[-1]), e.qtype).tobytes()
-
-
 def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike, out_type: str = "f32",
             name: str | None = None, log: Callable[[str], None] | None = None,
             n_threads: int | None = None) -> Path:
     """Write `out_path` atomically (a partial file never remains); returns its path.
-    `n_threads` quantizes the K-quant targets (default: the physical cores)."""
+    `n_threads` quantizes the K-quant targets (default: the physical cores). A Qwen3-ForcedAligner
+    checkpoint becomes an aligner file (convert/aligner.py)."""
+    if is_aligner(hf_dir):
+        return convert_aligner(hf_dir, out_path, out_type, name=name, log=log, n_threads=n_threads)
     if out_type not in WEIGHT_TYPES:
         raise ValueError(f"unknown --type {out_type!r}; choose one of {', '.join(WEIGHT_TYPES)}")
     threads = resolve_threads(n_threads)
@@ -425,30 +358,12 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike, out_type: st
         writer.add_string(KV.MODEL_NAME, name or hf.resolve().name)
         writer.add_uint32(KV.FILE_TYPE, FILE_TYPE[out_type])
         writer.add_string(KV.SOURCE, hf.resolve().name)
-        _add_metadata(writer, meta)
+        write_metadata(writer, meta)
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre("qwen2")
         writer.add_token_list(tok.tokens)
         writer.add_token_types(tok.token_types)
         writer.add_token_merges(tok.merges)
 
-    tensors = [OutTensor(e.name, e.shape, e.qtype, _nbytes(e), lambda e=e: _encode(e, threads)) for e in entries]
+    tensors = [OutTensor(e.name, e.shape, e.qtype, nbytes(e), lambda e=e: encode(e, threads)) for e in entries]
     return write_gguf(out_path, add_metadata, tensors, log)
-
-
-def _add_metadata(writer: GGUFWriter, meta: list[tuple[str, object, str]]) -> None:
-    for key, value, kind in meta:
-        if kind == "u32":
-            writer.add_uint32(key, int(value))  # type: ignore[arg-type]
-        elif kind == "f32":
-            writer.add_float32(key, float(value))  # type: ignore[arg-type]
-        elif kind == "bool":
-            writer.add_bool(key, bool(value))
-        elif kind == "str":
-            writer.add_string(key, str(value))
-        elif kind == "arr_i32":
-            writer.add_key_value(key, [int(v) for v in value], VT.ARRAY, sub_type=VT.INT32)  # type: ignore[union-attr]
-        elif kind == "arr_str":
-            writer.add_key_value(key, [str(v) for v in value], VT.ARRAY, sub_type=VT.STRING)  # type: ignore[union-attr]
-        else:
-            raise AssertionError(kind)

@@ -30,11 +30,11 @@ class OutTensor:
 
 
 def write_gguf(out_path: str | os.PathLike[str], add_metadata: Callable[[GGUFWriter], None],
-               tensors: list[OutTensor], log: Callable[[str], None] | None = None) -> Path:
+               tensors: list[OutTensor], log: Callable[[str], None] | None = None, arch: str = KV.ARCH_NAME) -> Path:
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_output(out) as partial:
-        writer = GGUFWriter(partial, KV.ARCH_NAME)
+        writer = GGUFWriter(partial, arch)
         try:
             _write(writer, add_metadata, tensors, log)
         finally:

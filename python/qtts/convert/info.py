@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..runtime.aligner_engine import AlignerEngine, file_architecture
 from ..runtime.context import supported_languages
 from ..runtime.engine import Engine, available_devices
 from ..runtime.model import check_gguf_path
@@ -45,12 +46,16 @@ class ModelInfo:
             f"parameters      {self.parameter_count / 1e6:.1f} M in {self.tensor_count} tensors",
             "tensor types    " + ", ".join(f"{t} {n}" for t, n in sorted(self.tensors_by_type.items())),
             "languages       " + ", ".join(self.languages),
-            "speakers        " + (", ".join(self.speakers) if self.speakers else "-"),
-            "generation      " + ", ".join(f"{k}={_short(v)}" for k, v in self.generation_defaults.items()),
-            "devices         " + _devices(self.devices),
         ]
+        if self.architecture == KV.ARCH_NAME:
+            lines += [
+                "speakers        " + (", ".join(self.speakers) if self.speakers else "-"),
+                "generation      " + ", ".join(f"{k}={_short(v)}" for k, v in self.generation_defaults.items()),
+            ]
+        lines.append("devices         " + _devices(self.devices))
         for comp, hp in self.hparams.items():
-            keys = ("block_count", "embedding_length", "head_count", "head_count_kv", "feed_forward_length")
+            keys = ("block_count", "embedding_length", "head_count", "head_count_kv", "feed_forward_length",
+                    "timestamp_classes", "timestamp_ms")
             shown = ", ".join(f"{k}={hp[k]}" for k in keys if k in hp)
             lines.append(f"{comp:<16}{shown}")
         return "\n".join(lines)
@@ -70,9 +75,12 @@ def _short(v: Any) -> str:
 
 
 def inspect(path: str | os.PathLike[str]) -> ModelInfo:
-    """Validate a model file with the native loader and summarise it (nothing is computed)."""
+    """Validate a model file (a text-to-speech model or a forced aligner) with the native loader
+    and summarise it (nothing is computed)."""
     p = Path(path)
     check_gguf_path(p)
+    if file_architecture(str(p)) == KV.ALIGNER_ARCH_NAME:
+        return _inspect_aligner(p)
     native = Engine.metadata(str(p))  # the native metadata: gguf-py takes seconds over a 151k vocabulary
     tensors = native.tensor_info()
     types = Counter(ty.upper() for _, ty, _ in tensors)
@@ -83,4 +91,22 @@ def inspect(path: str | os.PathLike[str]) -> ModelInfo:
         tensors_by_type=dict(types), speakers=[s[0] for s in native.speakers],
         languages=supported_languages(native.languages), generation_defaults=native.generation_defaults,
         hparams=native.hparams, devices=available_devices(),
+    )
+
+
+def _inspect_aligner(p: Path) -> ModelInfo:
+    native = AlignerEngine.metadata(str(p))
+    tensors = native.tensor_info()
+    params = sum(n for _, _, n in tensors)
+    hparams = native.hparams
+    # the timestamp classes and what they span, where a TTS model shows its generation defaults
+    dec = hparams["decoder"]
+    dec["timestamp_ms"] = native.segment_ms
+    return ModelInfo(
+        path=str(p), name=native.name, architecture=KV.ALIGNER_ARCH_NAME, variant="forced_aligner",
+        size=f"{params / 1e9:.1f}B", format_version=KV.ALIGNER_FORMAT, file_size=p.stat().st_size,
+        tensor_count=len(tensors), parameter_count=params,
+        tensors_by_type=dict(Counter(ty.upper() for _, ty, _ in tensors)), speakers=[],
+        languages=[s.lower() for s in native.languages], generation_defaults={}, hparams=hparams,
+        devices=available_devices(),
     )

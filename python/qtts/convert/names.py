@@ -107,6 +107,31 @@ class KV:
     GEN_SUB_TOP_P = "qwen3-tts.generation.subtalker_top_p"
     GEN_MAX_NEW_TOKENS = "qwen3-tts.generation.max_new_tokens"
 
+    # Qwen3-ForcedAligner files (docs/aligner.md): an architecture of their own, read by
+    # runtime/aligner_model; the tokenizer keys above are shared.
+    ALIGNER_ARCH_NAME = "qwen3-forced-aligner"
+    ALIGNER_FORMAT_VERSION = "qwen3-forced-aligner.format_version"
+    ALIGNER_FORMAT = 1  # the value of ALIGNER_FORMAT_VERSION this build reads and writes
+    ALIGNER_SOURCE = "qwen3-forced-aligner.source"
+    ALIGNER_LANGUAGES = "qwen3-forced-aligner.languages"
+    ALIGNER_AUDIO_START_ID = "qwen3-forced-aligner.audio_start_id"
+    ALIGNER_AUDIO_END_ID = "qwen3-forced-aligner.audio_end_id"
+    ALIGNER_AUDIO_PAD_ID = "qwen3-forced-aligner.audio_pad_id"
+    ALIGNER_TIMESTAMP_ID = "qwen3-forced-aligner.timestamp_id"
+    ALIGNER_TIMESTAMP_MS = "qwen3-forced-aligner.timestamp_segment_ms"
+    ALIGNER_VOCAB_SIZE = "qwen3-forced-aligner.decoder.vocab_size"
+    ALIGNER_CLASS_COUNT = "qwen3-forced-aligner.decoder.timestamp_classes"
+    P_ALIGNER_AUDIO = "qwen3-forced-aligner.audio_encoder"
+    P_ALIGNER_DEC = "qwen3-forced-aligner.decoder"
+    AENC_SAMPLE_RATE = "qwen3-forced-aligner.audio_encoder.sample_rate"
+    AENC_N_FFT = "qwen3-forced-aligner.audio_encoder.n_fft"
+    AENC_HOP_LENGTH = "qwen3-forced-aligner.audio_encoder.hop_length"
+    AENC_MEL_BINS = "qwen3-forced-aligner.audio_encoder.mel_bins"
+    AENC_CONV_CHANNELS = "qwen3-forced-aligner.audio_encoder.conv_channels"
+    AENC_OUTPUT_LENGTH = "qwen3-forced-aligner.audio_encoder.output_length"
+    AENC_CHUNK_FRAMES = "qwen3-forced-aligner.audio_encoder.chunk_frames"
+    AENC_WINDOW_FRAMES = "qwen3-forced-aligner.audio_encoder.window_frames"
+
     TOKENIZER_MODEL = "tokenizer.ggml.model"
     TOKENIZER_PRE = "tokenizer.ggml.pre"
     TOKENIZER_TOKENS = "tokenizer.ggml.tokens"
@@ -133,6 +158,13 @@ class TN:
     L_FFN_UP = "%s.blk.%d.ffn_up.weight"
     L_FFN_DOWN = "%s.blk.%d.ffn_down.weight"
     L_FFN_SCALE = "%s.blk.%d.ffn_scale"
+    # the biases of the aligner's audio encoder layers (Whisper-style linears)
+    L_ATTN_Q_B = "%s.blk.%d.attn_q.bias"
+    L_ATTN_K_B = "%s.blk.%d.attn_k.bias"
+    L_ATTN_V_B = "%s.blk.%d.attn_v.bias"
+    L_ATTN_OUT_B = "%s.blk.%d.attn_output.bias"
+    L_FFN_UP_B = "%s.blk.%d.ffn_up.bias"
+    L_FFN_DOWN_B = "%s.blk.%d.ffn_down.bias"
 
     TALKER = "talker"
     TALKER_TEXT_EMBD = "talker.text_embd.weight"
@@ -230,3 +262,21 @@ class TN:
     ENC_SEM_CODEBOOK = "codec_enc.rvq_semantic.codebook.%d"
     ENC_ACU_IN = "codec_enc.rvq_acoustic.input_proj.weight"
     ENC_ACU_CODEBOOK = "codec_enc.rvq_acoustic.codebook.%d"
+
+    # Qwen3-ForcedAligner: the audio encoder (three stride-2 Conv2d kept as torch's [out, in, 3, 3],
+    # their flattened output's projection, Whisper-style layers, the final norm and two projections
+    # into the decoder) and the Qwen3 decoder with its timestamp head.
+    AENC = "aenc"
+    AENC_CONV = "aenc.conv.%d.weight"
+    AENC_CONV_B = "aenc.conv.%d.bias"
+    AENC_CONV_OUT = "aenc.conv_out.weight"
+    AENC_OUTPUT_NORM = "aenc.output_norm.weight"
+    AENC_OUTPUT_NORM_B = "aenc.output_norm.bias"
+    AENC_PROJ1 = "aenc.proj1.weight"
+    AENC_PROJ1_B = "aenc.proj1.bias"
+    AENC_PROJ2 = "aenc.proj2.weight"
+    AENC_PROJ2_B = "aenc.proj2.bias"
+    ADEC = "adec"
+    ADEC_TOKEN_EMBD = "adec.token_embd.weight"
+    ADEC_OUTPUT_NORM = "adec.output_norm.weight"
+    ADEC_TIMESTAMP_HEAD = "adec.timestamp_head.weight"

@@ -1,7 +1,9 @@
 """Change the weight type of a qtts GGUF file: `qtts-cli quantize IN.gguf OUT.gguf TYPE`.
 
-Only the talker and code-predictor matrices and embedding tables change type; everything the
-native loader reads as F32 stays F32. _POLICY below gives the type of each role per target.
+Only the talker and code-predictor matrices and embedding tables change type (in an aligner file,
+docs/aligner.md: both transformers' matrices, the encoder's conv output projection, the timestamp
+head and the token table); everything the native loader reads as F32 stays F32. _POLICY below
+gives the type of each role per target.
 Tables are read one row per token, so K-quant targets keep them as the q8_0 target does: the
 text table at Q8_0, the codec tables at F32 (as `qtts-cli convert --type q8_0` writes them;
 `--keep 'codec_embd=q8_0'` stores those at Q8_0 too). From the F32 conversion, every target's
@@ -39,12 +41,14 @@ from .names import KV, TN
 from .weight_types import FILE_TYPE, WEIGHT_TYPES
 
 # The type of each tensor role per target (see role_of), before the block-size fallback:
-#   linear        talker/predictor attention and FFN linears, text_proj.fc1/fc2, mtp_proj
-#   sensitive     attn_v, ffn_down and the output heads (codec_head, code_pred lm_head.*): the
+#   linear        talker/predictor attention and FFN linears, text_proj.fc1/fc2, mtp_proj (the
+#                 aligner's: its layers' linears, aenc.conv_out, aenc.proj1/2)
+#   sensitive     attn_v, ffn_down and the output heads (codec_head, code_pred lm_head.*, the
+#                 aligner's timestamp_head): the
 #                 K-quant targets give them Q6_K, as llama.cpp's Q4_K_M does (there in half the
 #                 layers; in all of them here: on random-weight 0.6B it lifts Q4_K's prefill
 #                 logits cosine, and costs about 12% more bytes per frame)
-#   text table    talker.text_embd
+#   text table    talker.text_embd, adec.token_embd
 #   codec tables  talker.codec_embd, code_pred.codec_embd.*
 #   f32           everything else: 1-D tensors (norms, biases), the codec decoder and encoder,
 #                 the speaker encoder (conv panels, SnakeBeta, codebooks)
@@ -58,7 +62,8 @@ _POLICY: dict[str, tuple[QT, ...]] = {
 }
 TYPES = dict(zip(WEIGHT_TYPES, _POLICY["linear"], strict=True))
 _K_QUANTS = (QT.Q4_K, QT.Q5_K, QT.Q6_K)
-_SENSITIVE = re.compile(r"\.(attn_v|ffn_down)\.weight$|^talker\.codec_head\.|^code_pred\.lm_head\.")
+_SENSITIVE = re.compile(r"\.(attn_v|ffn_down)\.weight$|^talker\.codec_head\.|^code_pred\.lm_head\."
+                        r"|^adec\.timestamp_head\.")
 _RE_ENCODABLE = (QT.F32, QT.BF16)
 _CHUNK_ELEMS = 1 << 22
 _REQUANT = ("re-quantizing an already quantized file loses precision; quantize from the F32 or BF16 "
@@ -97,9 +102,9 @@ def parse_type(name: str) -> QT:
 
 def role_of(name: str, n_dims: int) -> str:
     """The policy role of a tensor; everything outside the talker/predictor matrices is F32."""
-    if not name.startswith((TN.TALKER + ".", TN.CODE_PRED + ".")) or n_dims != 2:
+    if not name.startswith((TN.TALKER + ".", TN.CODE_PRED + ".", TN.AENC + ".", TN.ADEC + ".")) or n_dims != 2:
         return "f32"
-    if name == TN.TALKER_TEXT_EMBD:
+    if name in (TN.TALKER_TEXT_EMBD, TN.ADEC_TOKEN_EMBD):
         return "text table"
     if name == TN.TALKER_CODEC_EMBD or re.fullmatch(TN.CODE_PRED_CODEC_EMBD.replace("%d", r"\d+"), name):
         return "codec tables"
@@ -229,8 +234,9 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], type: str
     module docstring); atomic: on any failure no file remains. Returns the path written."""
     parse_type(type)
     reader, fields = read_fields(src)
-    if fields.get(KV.ARCHITECTURE) != KV.ARCH_NAME:
-        raise ValueError(f"{src}: not a qtts model (architecture {fields.get(KV.ARCHITECTURE)!r})")
+    arch = fields.get(KV.ARCHITECTURE)
+    if arch not in (KV.ARCH_NAME, KV.ALIGNER_ARCH_NAME):
+        raise ValueError(f"{src}: not a qtts model (architecture {arch!r})")
     planned = plan(reader.tensors, type, keep)
     threads = resolve_threads(n_threads)
     types = {k: list(f.types) for k, f in reader.fields.items()}
@@ -239,4 +245,5 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], type: str
                          lambda p=p: _encode(p, threads),
                          f"{p.source.name} -> {p.qtype.name}" + (f" ({p.note})" if p.note else ""))
                for p in planned]
-    return write_gguf(dst, lambda w: _copy_metadata(fields, types, w, FILE_TYPE[type.lower()]), tensors, log)
+    return write_gguf(dst, lambda w: _copy_metadata(fields, types, w, FILE_TYPE[type.lower()]), tensors, log,
+                      arch=str(arch))

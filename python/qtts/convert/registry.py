@@ -1,4 +1,5 @@
-"""The released Qwen3-TTS 12 Hz checkpoints, and fetching + converting them.
+"""The released Qwen3-TTS 12 Hz checkpoints and the forced aligner that times their words
+(docs/aligner.md), and fetching + converting them.
 
 Downloads go to the standard Hugging Face cache (huggingface_hub, the optional `hub` extra),
 so HF_HOME, HF_HUB_OFFLINE and tokens work as users expect.
@@ -26,13 +27,14 @@ MODELS: dict[str, Release] = {r.repo_id: r for r in (
     Release("Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "custom_voice", "0.6B"),
     Release("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", "custom_voice", "1.7B"),
     Release("Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign", "voice_design", "1.7B"),
+    Release("Qwen/Qwen3-ForcedAligner-0.6B", "forced_aligner", "0.6B"),
 )}
 
 # Only what the converter reads; the repositories also hold ModelScope metadata.
 _PATTERNS = ["config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
              "model-*.safetensors", "vocab.json", "merges.txt", "tokenizer_config.json", "tokenizer.json",
              "speech_tokenizer/config.json", "speech_tokenizer/preprocessor_config.json",
-             "speech_tokenizer/model.safetensors"]
+             "speech_tokenizer/model.safetensors", "preprocessor_config.json"]
 
 
 def cache_dir() -> Path:
@@ -86,7 +88,7 @@ def fetch(repo_id: str, out_dir: str | os.PathLike[str], out_type: str = "q8_0",
         raise ValueError(f"convert_type must be one of {', '.join(WEIGHT_TYPES)}, got {out_type!r}")
     if repo_id not in MODELS and not Path(repo_id).is_dir():
         known = ", ".join(MODELS)
-        raise ValueError(f"{repo_id!r} is not a released Qwen3-TTS 12 Hz checkpoint; known: {known}")
+        raise ValueError(f"{repo_id!r} is not a released Qwen3-TTS 12 Hz checkpoint or aligner; known: {known}")
     out = Path(out_dir) / f"{repo_id.rsplit('/', 1)[-1]}-{out_type}.gguf"
     if out.exists():
         return out

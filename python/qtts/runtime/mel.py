@@ -1,9 +1,11 @@
-"""Log-mel front end of the speaker encoder, in numpy.
+"""Log-mel front ends in numpy: the speaker encoder's and the forced aligner's.
 
-Reproduces qwen-tts's `mel_spectrogram` as `extract_speaker_embedding` calls it
-(core/models/modeling_qwen3_tts.py): reflect pad (n_fft - hop) / 2, STFT with a periodic Hann
+`log_mel_spectrogram` reproduces qwen-tts's `mel_spectrogram` as `extract_speaker_embedding` calls
+it (core/models/modeling_qwen3_tts.py): reflect pad (n_fft - hop) / 2, STFT with a periodic Hann
 window and center=False, magnitude sqrt(re^2 + im^2 + 1e-9), Slaney mel filterbank (librosa's
 default), natural log clamped at 1e-5. librosa is only needed to test this, not to run it.
+`whisper_log_mel` reproduces the Whisper feature extractor that qwen-asr's aligner processor
+uses (docs/aligner.md, "The prompt").
 """
 from __future__ import annotations
 
@@ -96,3 +98,29 @@ def log_mel_spectrogram(samples: np.ndarray, *, sample_rate: int = 24000, n_fft:
     mag = np.sqrt(spec.real**2 + spec.imag**2 + _MAG_EPS)
     mel = mag @ slaney_mel_filters(sample_rate, n_fft, n_mels, fmin, fmax).T.astype(np.float64)
     return np.ascontiguousarray(np.log(np.maximum(mel, _LOG_FLOOR)), dtype=np.float32)
+
+
+def whisper_log_mel(samples: np.ndarray, *, sample_rate: int = 16000, n_fft: int = 400, hop: int = 160,
+                    n_mels: int = 128) -> np.ndarray:
+    """The Whisper feature extractor's log-mel as float32 [n_mels, frames], frames = N // hop.
+
+    A centred STFT (reflect pad n_fft // 2 on each side, periodic Hann window), its power, the
+    last frame dropped; Slaney mel filters up to sample_rate / 2; log10 clamped at 1e-10; floored
+    at the whole clip's maximum minus 8; then (x + 4) / 4. Computed in float64: the reference's
+    float32 differs by rounding only.
+    """
+    x = np.asarray(samples)
+    if x.ndim != 1 or x.dtype.kind != "f":
+        raise ValueError(f"samples must be 1-D floating-point mono audio, got {x.dtype} of shape {x.shape}")
+    pad = n_fft // 2
+    if x.shape[0] <= pad:
+        raise ValueError(f"audio too short for the log-mel: {x.shape[0]} samples, need more than {pad} "
+                         f"({pad / sample_rate * 1000:.1f} ms)")
+    padded = np.pad(x.astype(np.float64), pad, mode="reflect")
+    frames = np.lib.stride_tricks.sliding_window_view(padded, n_fft)[::hop][:-1]
+    spec = np.fft.rfft(frames * _periodic_hann(n_fft), axis=-1)
+    power = spec.real**2 + spec.imag**2
+    mel = slaney_mel_filters(sample_rate, n_fft, n_mels).astype(np.float64) @ power.T
+    log = np.log10(np.maximum(mel, 1e-10))
+    log = np.maximum(log, log.max() - 8.0)
+    return np.ascontiguousarray((log + 4.0) / 4.0, dtype=np.float32)

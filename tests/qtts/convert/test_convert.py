@@ -261,6 +261,7 @@ def test_conversion_streams_large_tensors(fixture_root: Path, tmp_path: Path, mo
     from safetensors.numpy import save_file
 
     import qtts.convert.checkpoint as conv
+    import qtts.convert.tensors as tensors_mod
 
     ck = tmp_path / "ckpt"
     shutil.copytree(fixture_root / "tiny_custom_voice", ck)
@@ -273,7 +274,7 @@ def test_conversion_streams_large_tensors(fixture_root: Path, tmp_path: Path, mo
     cfg["talker_config"]["text_vocab_size"] = rows
     (ck / "config.json").write_text(json.dumps(cfg))
     del tensors
-    monkeypatch.setattr(conv, "_CHUNK_ELEMS", 1 << 16)
+    monkeypatch.setattr(tensors_mod, "_CHUNK_ELEMS", 1 << 16)
     tracemalloc.start()
     try:
         conv.convert(ck, tmp_path / "x.gguf", "q8_0")
@@ -313,13 +314,14 @@ def test_k_quant_conversion_is_f32_then_quantize(out_type: str, fixture_root: Pa
     """`convert --type q4_k` in one step writes exactly what convert f32 + quantize writes, with
     the quantize policy's types (here ffn_down, a sensitive tensor, at Q6_K), streaming."""
     import qtts.convert.checkpoint as conv
+    import qtts.convert.tensors as tensors_mod
     from qtts.convert.quantize import quantize
 
     for ck in (fixture_root / "tiny_custom_voice", _wide_ffn_checkpoint(fixture_root, tmp_path / "wide")):
         f32 = gguf_dir / "tiny_custom_voice-f32.gguf" if ck.name == "tiny_custom_voice" else \
             convert(ck, tmp_path / "wide-f32.gguf", "f32")
         two_steps = quantize(f32, tmp_path / f"{ck.name}-two.gguf", out_type, n_threads=1)
-        monkeypatch.setattr(conv, "_CHUNK_ELEMS", 512)  # several row chunks per tensor
+        monkeypatch.setattr(tensors_mod, "_CHUNK_ELEMS", 512)  # several row chunks per tensor
         one_step = conv.convert(ck, tmp_path / f"{ck.name}-one.gguf", out_type, n_threads=2)
         monkeypatch.undo()
         assert one_step.read_bytes() == two_steps.read_bytes(), ck.name
@@ -353,14 +355,14 @@ _SLOW_CONVERT = """
 import sys, time
 import qtts.convert.checkpoint as conv
 
-encode = conv._encode
+encode = conv.encode
 def stalled(e, n_threads):
     for i, chunk in enumerate(encode(e, n_threads)):
         yield chunk
         if e.name == "talker.blk.0.ffn_up.weight":
             print("writing", flush=True)
             time.sleep(600)
-conv._encode = stalled
+conv.encode = stalled
 conv.convert(sys.argv[1], sys.argv[2], "q8_0")
 """
 

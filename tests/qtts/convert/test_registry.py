@@ -41,7 +41,7 @@ def test_fetch_offline_from_cache(fixture_root: Path, tmp_path: Path, monkeypatc
 
 
 def test_registry_and_unknown_repo(tmp_path: Path) -> None:
-    assert {r.variant for r in MODELS.values()} == {"base", "custom_voice", "voice_design"}
+    assert {r.variant for r in MODELS.values()} == {"base", "custom_voice", "voice_design", "forced_aligner"}
     with pytest.raises(ValueError, match="not a released Qwen3-TTS"):
         fetch("someone/else", tmp_path)
 
