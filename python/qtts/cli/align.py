@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..runtime.model import OPS
+from ..runtime.options import ALIGN, LoadOptions
 from .args import CliError, utf8
-from .args import threads as threads_arg
-from .common import check_input_file, check_writable
+from .common import add_load_arguments, check_input_file, check_writable
 
 DEFAULT_ALIGNER = "Qwen/Qwen3-ForcedAligner-0.6B"
 
@@ -33,9 +32,7 @@ def add_parser(sub: Any) -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("-o", "--output", metavar="FILE", help="write the words to FILE (.srt, .vtt or .json)")
     out.add_argument("--json", action="store_true", help="print the words as JSON instead of one per line")
-    p.add_argument("-t", "--threads", type=threads_arg, help="threads (default: the physical cores)")
-    p.add_argument("--device", default="auto", help="auto, cpu, or a ggml device name (default: auto)")
-    p.add_argument("--ops", default="auto", choices=OPS, help="the native CPU ops or the portable stock ones")
+    add_load_arguments(p, ALIGN)
     p.add_argument("--compare-reference", metavar="CHECKPOINT",
                    help="also align with the official qwen-asr (needs torch and qwen-asr) from this Hugging Face "
                         "checkpoint directory, and print the differences")
@@ -69,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         format_of(args.output)
         check_writable(Path(args.output))
-    with load_aligner(model_path(args), n_threads=args.threads, device=args.device, ops=args.ops) as aligner:
+    opts = LoadOptions.from_args(args)
+    with load_aligner(model_path(args), n_threads=opts.n_threads, device=opts.device, ops=opts.ops,
+                      precision=opts.precision) as aligner:
         words = aligner.align(args.audio, text, args.language)
         timings = aligner.last_timings
     if args.output:

@@ -21,7 +21,8 @@ import soundfile as sf
 from ..threads import resolve_threads
 from .aligner_engine import ARCHITECTURE, AlignerEngine, file_architecture
 from .mel import whisper_log_mel
-from .model import check_gguf_path, check_ops, check_precision
+from .model import check_gguf_path
+from .options import LoadOptions
 from .refaudio import _check_range, _check_rate, _mixdown, _resample, _to_float32
 from .tokenizer import Tokenizer, TokenizerData
 from .words import Word, split_words, words_from_classes
@@ -103,8 +104,7 @@ class Aligner:
         "portable" (stock ggml ops, any device); precision as qtts.load's."""
         self.path = Path(path)
         check_gguf_path(self.path)
-        check_ops(ops)
-        check_precision(precision)
+        LoadOptions(n_threads=n_threads, device=device, ops=ops, precision=precision)  # their declared checks
         if file_architecture(str(self.path)) not in ("", ARCHITECTURE):
             raise ValueError(f"{self.path} is not a forced aligner: load a text-to-speech model with qtts.load")
         self.engine = AlignerEngine(str(self.path), device, resolve_threads(n_threads), ops, precision)

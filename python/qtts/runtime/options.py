@@ -36,6 +36,7 @@ PRECISIONS = ("auto", "exact", "fast")
 
 # qtts-cli's commands that load a model and take the load options as flags
 SPEAK, SERVE, BATCH, VOICE, BENCH, WYOMING = "speak", "serve", "batch", "voice create", "bench", "wyoming"
+ALIGN = "align"  # the forced aligner's command: its threads, device, ops and precision
 SERVERS = (SERVE, WYOMING)  # the two servers take the same load, batch and voice options
 
 Parse = Callable[[str], Any]
@@ -234,7 +235,9 @@ def add_arguments(p: argparse._ActionsContainer, cls: type[Options], command: st
                            type=_flag_type(name, spec), metavar=spec.metavar, help=spec.help)
             continue
         choices = getattr(spec.check, "choices", None)
-        p.add_argument(*flags, dest=name, default=default, type=_flag_type(name, spec), choices=choices,
+        # with choices, argparse's own "invalid choice" names them; otherwise the declared check
+        p.add_argument(*flags, dest=name, default=default, type=None if choices else _flag_type(name, spec),
+                       choices=choices,
                        metavar=spec.metavar, help=spec.help)
 
 
@@ -257,19 +260,19 @@ class LoadOptions(Options):
     """How a model is loaded: qtts.load's and Model's keyword arguments (docs/python.md)."""
     n_threads: int | None = option(
         None, "CPU threads (default: the physical cores)", check=integer(1, MAX_THREADS, optional=True),
-        flags=("-t", "--threads"), commands=(SPEAK, SERVE, BATCH, VOICE, WYOMING), parse=_int, metavar="N")
+        flags=("-t", "--threads"), commands=(SPEAK, SERVE, BATCH, VOICE, WYOMING, ALIGN), parse=_int, metavar="N")
     device: str = option(
         "auto", "auto, cpu, or a ggml device name (default: auto)", check=_device,
-        commands=(SPEAK, SERVE, BATCH, VOICE, WYOMING))
+        commands=(SPEAK, SERVE, BATCH, VOICE, WYOMING, ALIGN))
     ops: str = option(
         "auto", "the audio networks' and the attention's ops: native CPU kernels or portable stock ggml ops "
                 "(default: auto, native on the CPU)", check=choice(*OPS),
-        commands=(SPEAK, SERVE, BATCH, VOICE, WYOMING))
+        commands=(SPEAK, SERVE, BATCH, VOICE, WYOMING, ALIGN))
     precision: str = option(
         "auto", "the arithmetic: exact (F32) or fast (a GPU's TF32/BF16 products where ggml picks them; on a CPU "
                 "with AMX the vocoder's convs in BF16); default: auto, fast except for an F32 file on the CPU "
                 "(docs/gpu.md)", check=choice(*PRECISIONS),
-        commands=(SPEAK, SERVE, BATCH, VOICE, BENCH, WYOMING))
+        commands=(SPEAK, SERVE, BATCH, VOICE, BENCH, WYOMING, ALIGN))
     vocoder_threads: int | None = option(
         None, "pipelined synthesis: the vocoder on N of the threads while the rest generate (0: serial; default "
               "auto: chosen from the first requests' timings)", check=integer(0, MAX_THREADS - 1, optional=True),

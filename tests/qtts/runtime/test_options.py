@@ -23,6 +23,7 @@ from qtts.bulk.rayrun import RayRunner
 from qtts.runtime import options
 from qtts.runtime.model import Model, load
 from qtts.runtime.options import (
+    ALIGN,
     BATCH,
     BENCH,
     SERVE,
@@ -45,7 +46,7 @@ from qtts.runtime.scheduler import Scheduler
 from qtts.server import schemas
 
 COMMANDS = {SPEAK: ["speak"], SERVE: ["serve"], BATCH: ["batch"], VOICE: ["voice", "create"], BENCH: ["bench", "speed"],
-            WYOMING: ["wyoming"]}
+            WYOMING: ["wyoming"], ALIGN: ["align"]}
 
 
 def _keywords(fn: Callable[..., Any]) -> dict[str, Any]:
