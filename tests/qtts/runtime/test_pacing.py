@@ -130,8 +130,9 @@ def _worst_lag(handed: list[tuple[float, qtts.AudioChunk]]) -> float:
 
 
 def _stream_twice(run: Callable[[], list[tuple[float, qtts.AudioChunk]]], monkeypatch: pytest.MonkeyPatch) -> None:
-    """`run` twice, the pacing clock stopped (the plain doubling), then running: each run's
-    chunks and the simulated times they were handed over at."""
+    """`run` (one stream's chunks, each with the simulated time it was handed over at) with the
+    pacing clock stopped (the plain doubling), then running: the paced stream keeps ahead of its
+    listener where the plain one does not, and only where its chunks end differs."""
     with monkeypatch.context() as still:
         still.setattr(pacing, "now", lambda: 0.0)
         plain = run()
