@@ -34,11 +34,12 @@ def load_model(args: argparse.Namespace, **given: Any) -> Any:
     return open_model(model_path(args), options.LoadOptions.from_args(args, **given))
 
 
-def model_path(args: argparse.Namespace) -> str:
-    """-m as a local GGUF path: a repo id is downloaded and converted once (reported like `convert`)."""
+def model_path(args: argparse.Namespace, model: str | None = None) -> str:
+    """-m (or another flag's `model`) as a local GGUF path: a repo id is downloaded and converted
+    once (reported like `convert`)."""
     from ..convert.registry import cache_dir, fetch, is_repo_id
 
-    model = args.model
+    model = args.model if model is None else model
     if is_repo_id(model):
         with tensor_log(argparse.Namespace(quiet=getattr(args, "quiet", False), verbose=False)) as log:
             model = fetch(model, cache_dir(), log=log)  # at the registry's default type

@@ -177,6 +177,35 @@ def _write(samples: Any, sample_rate: int, dest: str) -> None:
         save_audio(dest, samples, sample_rate)
 
 
+def _check_timestamps(args: argparse.Namespace) -> None:
+    """--timestamps: one words file for one audio output, checked before anything loads."""
+    from ..runtime.subtitles import format_of
+
+    if args.output_dir is not None or args.raw or args.text_stream:
+        raise CliError("--timestamps times the words of one output whose text is known up front: drop "
+                       "--output-dir / --raw / --text-stream")
+    try:
+        format_of(args.timestamps)
+    except ValueError as e:
+        raise CliError(f"--timestamps {e}") from None
+    check_writable(Path(args.timestamps))
+
+
+def _write_timestamps(args: argparse.Namespace, samples: Any, sample_rate: int, text: str) -> str:
+    """The words of the synthesized audio, timed by the forced aligner (docs/aligner.md), written
+    to --timestamps."""
+    from ..runtime.aligner import load_aligner, tts_language
+    from ..runtime.subtitles import write_words
+    from .common import model_path
+
+    with load_aligner(model_path(args, args.aligner), n_threads=args.n_threads, device=args.device) as aligner:
+        words = aligner.align((samples, sample_rate), text, tts_language(aligner, args.language))
+    write_words(args.timestamps, words)
+    if _progress(args):
+        print(f"{args.timestamps}: {len(words)} words timed", file=sys.stderr)
+    return str(args.timestamps)
+
+
 def _voice_report(args: argparse.Namespace, voice: Voice | None, clone: CloneTimings | None) -> dict[str, Any] | None:
     if voice is None:
         return None
@@ -215,6 +244,8 @@ def run(args: argparse.Namespace) -> int:
         if args.output == "-":
             _refuse_tty_stdout("audio")
     to_stdout = args.raw or (args.output == "-" and args.output_dir is None)
+    if args.timestamps:
+        _check_timestamps(args)
     check_clone_args(args)
     voice, clone = None, None
     if args.voice is not None:
@@ -260,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
             print(timings.format(), file=sys.stderr)
         if reason == "cancelled":
             break
+        if args.timestamps:
+            outputs[-1]["timestamps"] = _write_timestamps(args, samples, sr, job or "")
     if args.json:
         report = dict(model=str(model.path), variant=model.variant, device=model.device, sample_rate=sr,
                       speaker=args.speaker, language=args.language, instruct=args.instruct, seed=seed,
@@ -321,6 +354,11 @@ def add_parser(sub: Any) -> None:
     add_sampling_arguments(s)
     r = s.add_argument_group("runtime and reporting")
     add_load_arguments(r, SPEAK)
+    w = s.add_argument_group("word timestamps (docs/aligner.md)")
+    w.add_argument("--timestamps", metavar="FILE",
+                   help="also write when each word is spoken to FILE (.srt, .vtt or .json), timed by the aligner")
+    w.add_argument("--aligner", default="Qwen/Qwen3-ForcedAligner-0.6B",
+                   help="the forced aligner: a converted .gguf or its repo id (default: %(default)s)")
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",
                    help="print a JSON report on stdout (on stderr when the audio goes to stdout)")

@@ -173,6 +173,14 @@ class Aligner:
         return out
 
 
+def tts_language(aligner: Aligner, language: str | None) -> str | None:
+    """The aligner's language for a synthesis language: the same name where the aligner has it,
+    else None ("auto", a dialect): the splitting every language but Japanese and Korean uses."""
+    if not isinstance(language, str) or language.lower() not in aligner.languages:
+        return None
+    return language.lower()
+
+
 def load_aligner(model: str | os.PathLike[str], *, convert_type: str = "q8_0", **kwargs: Any) -> Aligner:
     """An Aligner from a converted .gguf file or a Hugging Face repo id (Qwen/Qwen3-ForcedAligner-0.6B:
     downloaded and converted once to `convert_type`, as qtts.load does). Other keyword arguments

@@ -79,3 +79,27 @@ def test_errors(aligner_gguf: dict[str, Path], wav: Path, tmp_path: Path) -> Non
     for args, code, fragment in cases:
         r = _cli(*args)
         assert r.returncode == code and fragment in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_speak_writes_timestamps(aligner_gguf: dict[str, Path], gguf_dir: Path, tmp_path: Path) -> None:
+    model = gguf_dir / "tiny_custom_voice-f32.gguf"
+    words_file = tmp_path / "words.json"
+    r = _cli("speak", "-m", str(model), "--speaker", "ryan", "-p", "Hello world, again.", "-o",
+             str(tmp_path / "out.wav"), "-s", "1", "--max-new-tokens", "30", "-t", "1", "--timestamps",
+             str(words_file), "--aligner", str(aligner_gguf["f32"]), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["outputs"][0]["timestamps"] == str(words_file)
+    with qtts.load(model, n_threads=1) as m, qtts.load_aligner(aligner_gguf["f32"], n_threads=1) as a:
+        audio = m.synthesize("Hello world, again.", speaker="ryan", seed=1, max_new_tokens=30)
+        want = a.align(audio, "Hello world, again.")
+    got = json.loads(words_file.read_text(encoding="utf-8"))["words"]
+    assert got == [{"word": w.text, "start": w.start, "end": w.end} for w in want]
+    assert [w["word"] for w in got] == ["Hello", "world", "again"]
+    for extra, fragment in ((("--output-dir", str(tmp_path / "d")), "drop --output-dir"),
+                            (("-o", str(tmp_path / "o.wav"), "--timestamps", str(tmp_path / "w.txt")),
+                             ".srt, .vtt or .json")):
+        args = ["speak", "-m", str(model), "--speaker", "ryan", "-p", "Hi.", "--timestamps", str(words_file), *extra]
+        if extra[0] == "-o":
+            args = ["speak", "-m", str(model), "--speaker", "ryan", "-p", "Hi.", *extra]
+        r = _cli(*args)
+        assert r.returncode == 1 and fragment in r.stderr, r.stderr
