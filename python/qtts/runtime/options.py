@@ -375,3 +375,17 @@ class ServeOptions(Options):
     shutdown_timeout: float = option(
         30.0, "on SIGINT/SIGTERM, let requests in flight finish for this long, then cancel them (default: 30)",
         check=_seconds(0, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")
+    # clients that are slow or silent (docs/server.md, "Timeouts and limits")
+    header_timeout: float = option(
+        10.0, "close a connection whose request head has not come within this long, with 408 (default: 10)",
+        check=_seconds(0.1, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")
+    body_timeout: float = option(
+        60.0, "answer 408 to a request whose body has not come within this long after its head (default: 60)",
+        check=_seconds(0.1, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")
+    ws_start_timeout: float = option(
+        10.0, "close a WebSocket that has sent no start message within this long (default: 10)",
+        check=_seconds(0.1, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")
+    text_idle_timeout: float = option(
+        20.0, "end a streamed-text session that has waited this long for its next text, all it sent spoken "
+              "and no done (default: 20)", check=_seconds(0.1, 3600), commands=(SERVE,), parse=_float,
+        metavar="SECONDS")
