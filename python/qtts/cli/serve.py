@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import ipaddress
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 from ..runtime import options
 from ..runtime.options import SERVE, BatchOptions
-from .args import UsageError
+from .args import CliError, UsageError
 from .common import add_load_arguments, load_model
 
 FORCE_AFTER_S = 10  # after --shutdown-timeout, uvicorn cancels what still runs (nothing, normally)
@@ -53,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..server import create_app
+        from ..server.drain import Drain
+        from ..server.http_limits import head_timeout_protocol
     except ImportError as e:
         raise ImportError(f"qtts-cli serve needs the server extra ({e}): pip install 'qtts[server]'") from None
     from ..runtime.scheduler import QUEUE_PER_SLOT, Scheduler, default_limits
@@ -78,33 +81,69 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"qtts-cli serve: {model.device}, max batch {max_batch}, max queue {max_queue}, vocoder "
               f"{'pipelined' if scheduler.pipelined_vocoder else 'between steps'}", file=sys.stderr)
+    drain = Drain()
     app = create_app(model, scheduler, model_id=_model_id(model, args), api_key=opts.api_key,
-                     voices_dir=opts.voices, voice_alias=opts.voice_alias, lists_without_key=opts.lists_without_key)
+                     voices_dir=opts.voices, voice_alias=opts.voice_alias, lists_without_key=opts.lists_without_key,
+                     body_timeout=opts.body_timeout, ws_start_timeout=opts.ws_start_timeout,
+                     text_idle_timeout=opts.text_idle_timeout, drain=drain)
+    # the request head's deadline is a protocol's (server/http_limits.py); uvicorn's own keep-alive
+    # timeout (5 s) closes a connection idle between requests
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning" if args.quiet else "info",
+                            http=head_timeout_protocol(opts.header_timeout),
                             timeout_graceful_shutdown=opts.shutdown_timeout + FORCE_AFTER_S)
-    _serve(config, scheduler, opts.shutdown_timeout)
+    _serve(config, scheduler, drain, opts.shutdown_timeout)
     scheduler.close(cancel=True)
+    if scheduler.failure is not None:
+        raise CliError(f"the scheduler's worker failed ({scheduler.failure!r}): the server stopped")
     return 0
 
 
-def _serve(config: Any, scheduler: Any, grace_s: float) -> None:
-    """uvicorn's server, whose shutdown cancels the jobs still running after `grace_s`: their
-    responses then end by themselves (a stream's body closes, a waiting request gets 503) before
-    uvicorn would cancel the request tasks."""
+def _serve(config: Any, scheduler: Any, drain: Any, grace_s: float) -> None:
+    """uvicorn's server, whose shutdown first drains the WebSocket sessions (server/drain.py:
+    uvicorn would close them at once) and cancels the jobs still running after `grace_s`: their
+    responses then end by themselves (a stream's body closes, a waiting request gets 503, a
+    WebSocket 1001 with an error message) before uvicorn would cancel the request tasks. A
+    scheduler whose worker died stops the server (docs/serving.md, "The worker's guard")."""
     import uvicorn
 
     class Server(uvicorn.Server):
+        async def on_tick(self, counter: int) -> bool:
+            if scheduler.failure is not None:
+                self.should_exit = True
+            return await super().on_tick(counter)
+
         async def shutdown(self, *args: Any, **kwargs: Any) -> None:
             def cancel_jobs() -> None:  # close() joins the worker: not on the event loop
                 threading.Thread(target=scheduler.close, kwargs={"cancel": True}, daemon=True).start()
 
             timer = asyncio.get_running_loop().call_later(grace_s, cancel_jobs)
             try:
+                for server in self.servers:  # no new connections (uvicorn's shutdown closes them too)
+                    server.close()
+                scheduler.close(timeout=0)  # no new requests; those taken go on
+                drain.begin()
+                try:
+                    await asyncio.wait_for(drain.ended(), grace_s + FORCE_AFTER_S)
+                except asyncio.TimeoutError:
+                    pass  # uvicorn's shutdown closes what is left
                 await super().shutdown(*args, **kwargs)
             finally:
                 timer.cancel()
 
+    # uvicorn raises the signal it shut down on again once done: SIGINT as KeyboardInterrupt, SIGTERM
+    # through this handler, so that a shutdown on either exits 0 (as uvicorn.run does for SIGINT)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         Server(config).run()
-    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on (as uvicorn.run, exit 0)
+    except (KeyboardInterrupt, _Terminated):
         pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(Exception):
+    """SIGTERM, raised again by uvicorn after its graceful shutdown."""
+
+
+def _terminated(sig: int, frame: Any) -> None:
+    raise _Terminated

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -44,13 +45,21 @@ class Job(TextInput):
         self._pending: list[np.ndarray] = []  # codes of the chunk (eager: the piece) being gathered
         self._pacer: Pacer | None = None  # streamed: its chunk sizes, told of each chunk put
         self._text = text  # submit_text: the text as it arrives
-        self._waiting = False  # its slot waits for text
+        self._waiting = False  # it waits for text: its slot sits out, or it cannot be admitted yet
+        self._waiting_since: float | None = None  # time.monotonic() when it began to
         self._wake: Callable[[], None] = lambda: None  # tells the worker something changed
 
     @property
     def stop_reason(self) -> str | None:
         """The request's stop reason so far: None until its first piece ends."""
         return self._asm.stop_reason
+
+    @property
+    def waiting_since(self) -> float | None:
+        """A streamed-text job's time.monotonic() since which it has waited for text it was not
+        given (all it was given is spoken, or its first words are not final yet); None while it
+        has what it needs, and for other jobs (the server's idle timeout, docs/server.md)."""
+        return None if self.done else self._waiting_since
 
     @property
     def done(self) -> bool:
@@ -111,6 +120,14 @@ class Job(TextInput):
     def _raise(self) -> None:
         if self._error is not None:
             raise self._error
+
+    def _wait_for_text(self, waiting: bool) -> None:
+        """The worker's view of whether the job waits for text (worker thread only)."""
+        self._waiting = waiting
+        if not waiting:
+            self._waiting_since = None
+        elif self._waiting_since is None:
+            self._waiting_since = time.monotonic()
 
     def _put(self, item: Any) -> None:
         with self._cond:

@@ -420,6 +420,20 @@ class ServeOptions(Options):
     lists_without_key: bool = option(
         False, "answer GET /v1/models, /v1/audio/models and /v1/audio/voices without the API key, as clients that "
                "list without it need (Open WebUI); synthesis still needs it", check=boolean(), commands=(SERVE,))
+    # clients that are slow or silent (docs/server.md, "Timeouts and limits")
+    header_timeout: float = option(
+        10.0, "close a connection whose request head has not come within this long, with 408 (default: 10)",
+        check=_seconds(0.1, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")
+    body_timeout: float = option(
+        60.0, "answer 408 to a request whose body has not come within this long after its head (default: 60)",
+        check=_seconds(0.1, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")
+    ws_start_timeout: float = option(
+        10.0, "close a WebSocket that has sent no start message within this long (default: 10)",
+        check=_seconds(0.1, 3600), commands=(SERVE,), parse=_float, metavar="SECONDS")
+    text_idle_timeout: float = option(
+        20.0, "end a streamed-text session that has waited this long for its next text, all it sent spoken "
+              "and no done (default: 20)", check=_seconds(0.1, 3600), commands=(SERVE,), parse=_float,
+        metavar="SECONDS")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -281,7 +281,11 @@ class Scheduler:
                         self._lock.wait()
 
     def _ready(self, job: Job) -> bool:
-        return job._text is None or job._cancel.is_set() or job._text.ready(job._piece)  # ready() never raises
+        if job._text is None or job._cancel.is_set():
+            return True
+        ready = job._text.ready(job._piece)  # never raises
+        job._wait_for_text(not ready)
+        return ready
 
     def _guarded(self, job: Job, part: Callable[..., None], *args: Any) -> None:
         """One job's part of a round (admitting, feeding, stepping, finishing it): an exception
@@ -300,7 +304,7 @@ class Scheduler:
 
     def _feed(self, job: Job, text: StreamedText, slot: int) -> None:
         if text.feed_slot(self._engine, self._batch, slot):
-            job._waiting = False
+            job._wait_for_text(False)
 
     def _cancel_waiting(self) -> None:
         with self._lock:
@@ -340,7 +344,7 @@ class Scheduler:
                 slot = s.batch_add(self._batch, prompt.embeddings, prompt.trailing,
                                    req.config.for_piece(i, req.pieces[i]))
         job._slot, job._pending = slot, []  # first: a failure from here on frees the slot
-        job._waiting = False
+        job._wait_for_text(False)
         if job._pacer is not None:
             job._pacer.start_piece()
         with self._lock:
@@ -371,7 +375,7 @@ class Scheduler:
             job = running.get(slot)
             if job is None or job.done:  # failed during this round (its slot is being freed)
                 continue
-            job._waiting = bool(raw.get("needs_text"))
+            job._wait_for_text(bool(raw.get("needs_text")))
             if reason is None and self._is_cancelled(job):
                 # cancelled during the step, or while the jobs before it were vocoded: no more chunks
                 self._guarded(job, job._asm.step, raw)

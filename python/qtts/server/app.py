@@ -2,6 +2,7 @@
 (docs/serving.md, "Server")."""
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -18,6 +19,7 @@ from ..aliases import VoiceAliases
 from ..errors import QttsError
 from ..runtime.scheduler import Scheduler
 from .aliases import voice_list
+from .drain import Drain
 from .errors import ApiError, clone_error, error_response, install
 from .metrics import CONTENT_TYPE, Metrics, route_of
 from .schemas import MAX_INPUT_CHARS, SpeechRequest, model_list
@@ -32,10 +34,12 @@ MAX_BODY_BYTES = MAX_UPLOAD_BYTES * 3 // 2
 
 class _CountRequests:
     """Counts every response by route template and status (pure ASGI, so streaming responses
-    are counted when they start, not buffered), and refuses a body over the limit."""
+    are counted when they start, not buffered), and reads a request's body before the app does:
+    one over the limit gets 413, one that has not arrived within `body_timeout` seconds 408
+    (docs/server.md, "Timeouts and limits")."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
+    def __init__(self, app: ASGIApp, metrics: Metrics, body_timeout: float | None) -> None:
+        self.app, self.metrics, self.body_timeout = app, metrics, body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -49,27 +53,21 @@ class _CountRequests:
 
         too_large = ApiError(413, f"the request body is over {MAX_BODY_BYTES >> 20} MiB", code="too_large")
         length = dict(scope["headers"]).get(b"content-length")
-        if length is not None:  # the HTTP layer holds the body to its declared length
-            if length.isdigit() and int(length) > MAX_BODY_BYTES:
-                await error_response(too_large)(scope, receive, counted)
-                return
-            await self.app(scope, receive, counted)
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            await error_response(too_large)(scope, receive, counted)  # before anything is read
             return
-        # A chunked body declares no length: read it here, up to the limit, so that one over it
-        # gets the same 413 (an error raised inside the app's body parsing would become a 400).
-        buffered: list[Message] = []
-        received = 0
-        while True:
-            message = await receive()
-            buffered.append(message)
-            if message["type"] != "http.request":
-                break
-            received += len(message.get("body", b""))
-            if received > MAX_BODY_BYTES:
-                await error_response(too_large)(scope, receive, counted)
-                return
-            if not message.get("more_body", False):
-                break
+        # Read here, up to the limit: a chunked body declares no length (an error raised inside
+        # the app's body parsing would become a 400), and a slow one must not hold the request.
+        try:
+            buffered = await asyncio.wait_for(_read_body(receive), self.body_timeout)
+        except asyncio.TimeoutError:
+            late = ApiError(408, f"the request body did not arrive within {self.body_timeout:g} s (--body-timeout)",
+                            code="timeout", headers={"Connection": "close"})
+            await error_response(late)(scope, receive, counted)
+            return
+        if buffered is None:
+            await error_response(too_large)(scope, receive, counted)
+            return
 
         async def replay() -> Message:
             return buffered.pop(0) if buffered else await receive()
@@ -77,20 +75,41 @@ class _CountRequests:
         await self.app(scope, replay, counted)
 
 
+async def _read_body(receive: Receive) -> list[Message] | None:
+    """A request's body messages (up to the disconnect, if it comes first); None past MAX_BODY_BYTES."""
+    buffered: list[Message] = []
+    received = 0
+    while True:
+        message = await receive()
+        buffered.append(message)
+        if message["type"] != "http.request":
+            return buffered
+        received += len(message.get("body", b""))
+        if received > MAX_BODY_BYTES:
+            return None
+        if not message.get("more_body", False):
+            return buffered
+
+
 def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None, api_key: str | None = None,
                voices_dir: str | Path | None = None, voice_alias: Sequence[tuple[str, str]] = (),
                lists_without_key: bool = False, voices: VoiceStore | None = None,
-               metrics_labels: Mapping[str, str] | None = None) -> FastAPI:
+               metrics_labels: Mapping[str, str] | None = None, body_timeout: float | None = None,
+               ws_start_timeout: float | None = None, text_idle_timeout: float | None = None,
+               drain: Drain | None = None) -> FastAPI:
     """The server of one loaded model and its scheduler. The app closes the scheduler when it
     shuts down (in-flight jobs still running then are cancelled). With `api_key`, every route
     but GET /health needs `Authorization: Bearer <api_key>`, but the three lists (models, audio
     models, voices) with `lists_without_key`. `voice_alias`: (alias, voice) pairs over the
     variant's defaults (qtts/aliases.py). `voices` replaces the store of `voices_dir` (Ray
-    Serve's replicas share theirs); `metrics_labels` label every metric."""
+    Serve's replicas share theirs); `metrics_labels` label every metric. The timeouts are in
+    seconds (None: none; docs/server.md, "Timeouts and limits"); `drain` is how the server's
+    shutdown tells the WebSocket sessions (drain.py)."""
     if voices is None:
         voices = VoiceStore(Path(voices_dir) if voices_dir is not None else None)
     served = Served(model, scheduler, voices, model_id or model.path.stem,
-                    VoiceAliases(model.variant, model.speakers, voice_alias))
+                    VoiceAliases(model.variant, model.speakers, voice_alias), drain or Drain(), ws_start_timeout,
+                    text_idle_timeout)
     metrics = Metrics(scheduler, metrics_labels)
     served.on_first_audio = metrics.ttfa.observe
     created = int(time.time())
@@ -112,15 +131,17 @@ def create_app(model: Any, scheduler: Scheduler, *, model_id: str | None = None,
     app = FastAPI(title="qtts", summary="OpenAI-compatible text to speech with Qwen3-TTS on ggml",
                   lifespan=lifespan)
     install(app)
-    app.add_middleware(_CountRequests, metrics=metrics)
+    app.add_middleware(_CountRequests, metrics=metrics, body_timeout=body_timeout)
     auth = [Depends(authorized)]
     lists = [] if lists_without_key else auth  # clients that list without the key (docs/integrations.md)
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health() -> JSONResponse:
         s = scheduler.stats
-        return {"status": "ok", "model": served.model_id, "variant": model.variant, "running": s.running,
-                "queued": s.queued}
+        state = {"model": served.model_id, "variant": model.variant, "running": s.running, "queued": s.queued}
+        if scheduler.failure is not None:  # the worker stopped: nothing will be served (the CLI exits)
+            return JSONResponse({"status": "failed", "error": repr(scheduler.failure), **state}, status_code=503)
+        return JSONResponse({"status": "ok", **state})
 
     @app.get("/metrics", dependencies=auth)
     async def prometheus() -> Response:

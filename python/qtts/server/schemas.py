@@ -7,9 +7,9 @@ declared `server` is an optional field of its declared type; so are the request 
 from __future__ import annotations
 
 import typing
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
 from ..runtime import config
 from ..runtime.options import RequestOptions, defaults_of, specs_of
@@ -17,6 +17,10 @@ from ..runtime.options import RequestOptions, defaults_of, specs_of
 # OpenAI's limit for input; also the bound of the other texts that become prompt tokens
 # (instructions, a description in voice, ref_text). Longer input is split into sentences anyway.
 MAX_INPUT_CHARS = 4096
+# input's text, and the type each part of it that a WebSocket sends is checked against
+# (check_input_part): a str of valid Unicode (pydantic refuses a lone surrogate), at most
+# MAX_INPUT_CHARS characters. One type, so both routes refuse the same text in the same words.
+InputText = Annotated[str, Field(max_length=MAX_INPUT_CHARS)]
 
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 StreamFormat = Literal["audio", "sse"]
@@ -28,7 +32,7 @@ class RequestFields(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str = Field(min_length=1)
-    input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
+    input: Annotated[InputText, Field(min_length=1)]
     voice: str | None = Field(None, max_length=MAX_INPUT_CHARS)  # a VoiceDesign description may come here
     instructions: str | None = Field(None, max_length=MAX_INPUT_CHARS)
     response_format: ResponseFormat = "mp3"
@@ -41,6 +45,15 @@ class RequestFields(BaseModel):
         """The generation settings given (Model.stream's keyword arguments under their own names)."""
         return {k: v for k in config.SETTING_SPECS if k in type(self).model_fields
                 if (v := getattr(self, k)) is not None}
+
+
+_INPUT_PART = TypeAdapter(InputText, config=ConfigDict(strict=True))
+
+
+def check_input_part(value: Any) -> str:
+    """A part of input (a WebSocket text delta) checked as POST's input is: ValidationError as
+    pydantic raises it for input, its location empty."""
+    return str(_INPUT_PART.validate_python(value))
 
 
 def option_fields() -> dict[str, Any]:

@@ -26,6 +26,7 @@ from ..errors import QttsError
 from ..runtime.audio import AudioChunk, pcm16
 from ..runtime.scheduler import Job, QueueFull, Scheduler, SchedulerClosed
 from .aliases import resolve_voice
+from .drain import Drain
 from .errors import ApiError, bad_argument, clone_error, error_body
 from .formats import MEDIA_TYPES, STREAMED, change_speed, check_format, encode, wav_header
 from .schemas import SpeechRequest
@@ -41,14 +42,29 @@ _KNOWN = (set(SpeechRequest.model_fields) - {"model"}) | {"text", "speaker", "in
 
 @dataclass
 class Served:
-    """What the endpoints share: the model, its scheduler, the saved voices, the voice aliases and
-    the metrics hook."""
+    """What the endpoints share: the model, its scheduler, the saved voices, the voice aliases, the
+    shutdown's drain, the WebSocket route's timeouts (seconds, None: none) and the metrics hook."""
     model: Any
     scheduler: Scheduler
     voices: VoiceStore
     model_id: str
     aliases: VoiceAliases  # OpenAI's voice names and the operator's (qtts/aliases.py)
+    drain: Drain
+    ws_start_timeout: float | None = None
+    text_idle_timeout: float | None = None
     on_first_audio: Callable[[float], None] = field(default=lambda s: None)
+
+
+def job_error(e: Exception) -> ApiError:
+    """A job's failure as the client hears it (docs/serving.md, "The worker's guard"): its bad
+    input a 400 naming the field, an engine failure a 500, anything else a 500 that is also
+    logged with its traceback (a bug in qtts)."""
+    if isinstance(e, QttsError):
+        return ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error")
+    if isinstance(e, (TypeError, ValueError)):
+        return bad_argument(e, _KNOWN)
+    log.error("a request failed", exc_info=e)
+    return ApiError(500, f"internal error: {e!r}", type="server_error", code="internal_error")
 
 
 @contextmanager
@@ -154,10 +170,8 @@ def submit_errors() -> Iterator[None]:
         raise ApiError(429, str(e), type="rate_limit_error", code="queue_full", headers={"Retry-After": "1"}) from None
     except SchedulerClosed as e:
         raise ApiError(503, str(e), type="server_error", code="shutting_down") from None
-    except QttsError as e:
-        raise ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error") from None
-    except (TypeError, ValueError) as e:
-        raise bad_argument(e, _KNOWN) from None
+    except Exception as e:
+        raise job_error(e) from None
 
 
 async def _watch(receive: Receive, job: Job) -> None:
@@ -218,8 +232,9 @@ async def _sse_events(tracked: _Tracked, audio: AsyncIterator[bytes], input_toke
     try:
         async for data in audio:
             yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
-    except QttsError as e:
-        yield _sse({"type": "error", **error_body(f"the engine failed: {e}", "server_error", None, "engine_error")})
+    except Exception as e:
+        err = job_error(e)
+        yield _sse({"type": "error", **error_body(err.message, err.type, err.param, err.code)})
         return
     if tracked.stop_reason == "cancelled":  # by shutdown (a client that left reads nothing more)
         yield _sse({"type": "error", **error_body("the request was cancelled: the server is shutting down",
@@ -248,8 +263,8 @@ class JobResponse(Response):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away: the job is cancelled below
-        except QttsError as e:
-            log.error("speech stream ended by an engine failure: %s", e)
+        except Exception as e:  # the status has gone out: the body ends early
+            log.error("speech stream ended early: %s", job_error(e).message)
         finally:
             self.watcher.cancel()
             if not self.job.done:
@@ -271,8 +286,8 @@ async def speech(served: Served, body: SpeechRequest, receive: Receive) -> Respo
     if body.stream_format is None:
         try:
             data = b"".join([piece async for piece in audio])
-        except QttsError as e:
-            raise ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error") from None
+        except Exception as e:
+            raise job_error(e) from None
         finally:
             watcher.cancel()
             if not job.done:

@@ -14,20 +14,21 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..errors import QttsError
 from ..runtime.audio import pcm16
 from ..runtime.scheduler import Job
-from .errors import ApiError, bad_argument, error_body
+from .errors import ApiError, error_body
 from .formats import STREAMED, wav_header
-from .schemas import MAX_INPUT_CHARS, SpeechRequest
-from .speech import _KNOWN, OPENAI_MODEL_NAMES, Served, _job_args, _Tracked, clone_upload, submit_errors
+from .schemas import MAX_INPUT_CHARS, SpeechRequest, check_input_part
+from .speech import OPENAI_MODEL_NAMES, Served, _job_args, _Tracked, clone_upload, job_error, submit_errors
 
 # WebSocket close codes (RFC 6455, 7.4.1) by the POST route's status for the same error
 CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_UNSUPPORTED, CLOSE_INVALID_DATA = 1000, 1001, 1003, 1007
@@ -52,10 +53,11 @@ def close_code(e: ApiError) -> int:
     return _CLOSE_BY_STATUS.get(e.status, CLOSE_POLICY)
 
 
-def _validation_error(e: ValidationError) -> ApiError:
-    """The start message's schema error as the POST route words its 400."""
+def _validation_error(e: ValidationError, field: str | None = None) -> ApiError:
+    """A message's schema error as the POST route words its 400 (`field`: the message field that
+    was checked alone)."""
     first = e.errors()[0]
-    param = ".".join(str(p) for p in first.get("loc", ())) or None
+    param = ".".join(str(p) for p in (field, *first.get("loc", ())) if p is not None) or None
     if first["type"] == "missing":
         message = f"{param} is required"
     elif first["type"] == "extra_forbidden":
@@ -120,18 +122,20 @@ class _Session:
     """One connection's text as it came, and how its reading ended."""
     ws: WebSocket
     job: Job
+    idle_timeout: float | None
     text: list[str] = field(default_factory=list)
     length: int = 0
     error: ApiError | None = None
     gone: bool = False
+    last_text: float = field(default_factory=time.monotonic)
 
     async def read(self) -> None:
         """Text messages into the job until done; then only watch for the client leaving. A bad
-        message or a disconnect cancels the job."""
+        message, a disconnect or a text that stops coming cancels the job."""
         ended = False
         try:
             while True:
-                message = await self.ws.receive()
+                message = await (self.ws.receive() if ended else self._next())
                 if message["type"] == "websocket.disconnect":
                     self.gone = True
                     break
@@ -151,20 +155,41 @@ class _Session:
             self.error = e
         self.job.cancel()  # a job that ended is not affected
 
+    async def _next(self) -> Message:
+        """The next message while the text goes on; ApiError once the job has waited for text
+        (its client's last text spoken, or its first words not final) idle_timeout seconds
+        since the later of that and the last text message (docs/server.md, "Timeouts and limits")."""
+        if self.idle_timeout is None:
+            return await self.ws.receive()
+        while True:
+            now = time.monotonic()
+            since = self.job.waiting_since
+            idle_from = now if since is None else max(since, self.last_text)
+            if now - idle_from >= self.idle_timeout:
+                raise ApiError(408, f"no text for {self.idle_timeout:g} s (--text-idle-timeout): the session "
+                                    "ends; send text as it comes and done once it is complete", code="timeout")
+            try:
+                return await asyncio.wait_for(self.ws.receive(), idle_from + self.idle_timeout - now)
+            except asyncio.TimeoutError:
+                continue  # look again: the job may have had text to speak meanwhile
+
     def _delta(self, data: dict[str, Any]) -> None:
         unknown = sorted(set(data) - {"type", "delta"})
         if unknown:
             raise ApiError(400, f"unknown field {unknown[0]}", param=unknown[0], code="invalid_value")
         delta = data.get("delta")
-        if not isinstance(delta, str):
-            raise ApiError(400, f"delta must be a string, got {type(delta).__name__}", param="delta",
-                           code="invalid_value")
-        self.length += len(delta)
-        if self.length > MAX_INPUT_CHARS:  # as the POST route's limit on input
+        if isinstance(delta, str) and self.length + len(delta) > MAX_INPUT_CHARS:  # as the POST route's input
             raise TextTooLong(400, f"input: String should have at most {MAX_INPUT_CHARS} characters",
                               param="input", code="invalid_value")
+        try:
+            delta = check_input_part(delta)  # the POST route's check of input, for a part of it
+        except ValidationError as e:
+            raise _validation_error(e, "delta") from None
+        self.length += len(delta)
         self.text.append(delta)
         self.job.write(delta)
+        if delta:
+            self.last_text = time.monotonic()
 
 
 async def _sent(ws: WebSocket, data: str | bytes) -> bool:
@@ -195,9 +220,32 @@ def _authorized(ws: WebSocket, api_key: str | None) -> None:
 
 async def speech_stream(served: Served, ws: WebSocket, api_key: str | None) -> None:
     await ws.accept()
+    with served.drain.session():
+        await _stream(served, ws, api_key)
+
+
+async def _first_message(served: Served, ws: WebSocket) -> Message:
+    """The client's first message; ApiError when none comes within ws_start_timeout or the
+    server shuts down first (a session that has not started has nothing to finish)."""
+    receive = asyncio.ensure_future(ws.receive())
+    closing = asyncio.ensure_future(served.drain.closing.wait())
+    try:
+        await asyncio.wait({receive, closing}, timeout=served.ws_start_timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (receive, closing):
+            task.cancel()
+    if receive.done() and not receive.cancelled():
+        return receive.result()
+    if closing.done() and not closing.cancelled():
+        raise ApiError(503, "the server is shutting down", type="server_error", code="shutting_down")
+    raise ApiError(408, f"no start message within {served.ws_start_timeout:g} s (--ws-start-timeout)",
+                   code="timeout")
+
+
+async def _stream(served: Served, ws: WebSocket, api_key: str | None) -> None:
     try:
         _authorized(ws, api_key)
-        message = await ws.receive()
+        message = await _first_message(served, ws)
         if message["type"] == "websocket.disconnect":
             return
         body = start_request(served, parse_message(message))
@@ -208,7 +256,7 @@ async def speech_stream(served: Served, ws: WebSocket, api_key: str | None) -> N
         return
     except WebSocketDisconnect:
         return
-    session = _Session(ws, job)
+    session = _Session(ws, job, served.text_idle_timeout)
     reader = asyncio.create_task(session.read())
     tracked = _Tracked(served, job)
     rate = served.model.sample_rate
@@ -222,15 +270,13 @@ async def speech_stream(served: Served, ws: WebSocket, api_key: str | None) -> N
                 break
             if len(chunk.samples):
                 session.gone = not await _sent(ws, pcm16(chunk.samples))
-    except QttsError as e:
-        session.error = ApiError(500, f"the engine failed: {e}", type="server_error", code="engine_error")
-    except (TypeError, ValueError) as e:  # the job's text was refused ("input is empty")
-        session.error = bad_argument(e, _KNOWN)
+    except Exception as e:  # the job failed: its text was refused ("input is empty"), the engine, a bug
+        session.error = job_error(e)
     finally:
         if not job.done:
             job.cancel()
-    # the reader records a disconnect or a bad message before it cancels the job: any other
-    # cancel is the server's shutdown
+    # the reader records a disconnect, a bad message or a timeout before it cancels the job: any
+    # other cancel is the server's shutdown
     if session.error is None and not session.gone and tracked.stop_reason == "cancelled":
         session.error = ApiError(503, "the request was cancelled: the server is shutting down",
                                  type="server_error", code="cancelled")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +117,29 @@ def test_waiting_slot_sits_out_without_holding_others(cv: qtts.Model) -> None:
         got = np.concatenate([first.samples, *[c.samples for c in rest]])
         np.testing.assert_array_equal(got, np.concatenate([c.samples for c in cv.stream(TEXT, non_streaming_mode=False,
                                                                                          **args)]))
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_waiting_since_tells_when_a_job_waits_for_text(cv: qtts.Model) -> None:
+    """Job.waiting_since (the server's idle timeout reads it): set while the job has no text it
+    can speak (queued before its first word, or all its text spoken), cleared while it has."""
+    with Scheduler(cv, max_batch=1, max_queue=2) as sched:
+        job = sched.submit_text(speaker="ryan", seed=5, max_new_tokens=200)
+        _until(lambda: job.waiting_since is not None, "a job without text waits for it")
+        first = job.waiting_since
+        job.write("Hello there, this is a sentence ")
+        assert len(next(iter(job)).codes) > 0  # it speaks what it was given ...
+        # ... and then waits again, since later
+        _until(lambda: job.waiting_since is not None and job.waiting_since > first, "a new wait")
+        job.end_text()
+        list(job)
+        assert job.waiting_since is None
 
 
 @pytest.mark.parametrize("x_vector_only", [False, True])
