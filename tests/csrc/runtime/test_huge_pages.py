@@ -125,7 +125,7 @@ def test_metadata_reads_no_weights_into_huge_pages(gguf_dir: Path) -> None:
 
 
 def test_huge_pages_must_be_a_bool(gguf_dir: Path) -> None:
-    with pytest.raises(TypeError, match="huge_pages must be a bool, got str"):
+    with pytest.raises(TypeError, match="huge_pages must be True or False, got str"):
         qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", voice_cache=False, huge_pages="yes")
 
 
