@@ -1,6 +1,6 @@
 """The server on Ray Serve against the single process, with the same streaming clients
 (qtts.bench.serve_clients: the same Poisson arrivals, requests and underrun rule as `qtts-cli
-bench serve`) on loopback (docs/serving.md, "Serving on Ray"):
+bench serve`) on loopback (docs/ray-serve.md):
 
 * single: `qtts-cli serve -t T` (one process, T threads);
 * serve x1: `qtts-cli serve --ray --replicas 1 -t T` (the same, behind Serve's proxy: its

@@ -1,5 +1,5 @@
 """Bulk synthesis: a manifest of items to one audio file each, resumable, on one process, on
---jobs worker processes or on Ray (docs/serving.md, "Bulk synthesis"; the command is
+--jobs worker processes or on Ray (docs/bulk.md, "How it runs"; the command is
 `qtts-cli batch`, the Ray entry point qtts.ray.Synthesizer)."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Each worker (a `spawn`ed process of a ProcessPoolExecutor) loads the same GGUF; 
 mmapped, so the workers share them through the page cache and each extra worker adds only its
 private memory (KV caches, compute buffers, the tokenizer): see `memory()`. The parent hands out
 chunks of up to `max_batch` items and receives each chunk's audio; it alone writes the files and the
-results table (docs/serving.md, "Bulk synthesis")."""
+results table (docs/bulk.md, "How it runs")."""
 from __future__ import annotations
 
 import os

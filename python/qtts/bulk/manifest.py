@@ -1,4 +1,4 @@
-"""Bulk-synthesis manifests (docs/serving.md, "Bulk synthesis"): JSONL, one object per item,
+"""Bulk-synthesis manifests (docs/bulk.md, "How it runs"): JSONL, one object per item,
 or plain text, one item per non-empty line. Every line is validated into an Item before any
 synthesis; a bad line becomes a LineError (its number and the reason) instead of an exception."""
 from __future__ import annotations

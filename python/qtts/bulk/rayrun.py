@@ -1,4 +1,4 @@
-"""The --ray runner: the pending items through Ray Data (docs/serving.md, "Bulk synthesis").
+"""The --ray runner: the pending items through Ray Data (docs/bulk.md, "How it runs").
 
 from_items (the validated items, one flat row each) -> map_batches(qtts.ray.Synthesizer) on an
 actor pool of `jobs` actors, each loading the model once with its share of the threads -> the

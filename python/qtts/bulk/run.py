@@ -1,5 +1,5 @@
 """A bulk run end to end: plan (resume), synthesize through a runner, write each item's audio
-and result line, report progress and a summary (docs/serving.md, "Bulk synthesis")."""
+and result line, report progress and a summary (docs/bulk.md, "How it runs")."""
 from __future__ import annotations
 
 import sys

@@ -1,6 +1,6 @@
 """`qtts-cli batch MANIFEST -m MODEL --output-dir DIR`: a manifest of items (JSONL or plain
 text) to one audio file each, resumable, on one process, --jobs worker processes or --ray
-(the library: qtts.bulk; docs/serving.md, "Bulk synthesis")."""
+(the library: qtts.bulk; docs/bulk.md, "How it runs")."""
 from __future__ import annotations
 
 import argparse

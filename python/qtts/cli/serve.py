@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
     options.add_arguments(p, options.ServeOptions, SERVE, defaults={"api_key": os.environ.get("QTTS_API_KEY")})
     options.add_arguments(p, BatchOptions, SERVE)
     add_load_arguments(p, SERVE)
-    options.add_arguments(p.add_argument_group("Ray Serve (docs/serving.md, \"Serving on Ray\")"),
+    options.add_arguments(p.add_argument_group("Ray Serve (docs/ray-serve.md)"),
                           options.RayServeOptions, SERVE)
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     p.set_defaults(func=run)

@@ -1,7 +1,7 @@
 """`qtts-cli serve --ray`: the server as a Ray Serve application (qtts.server.ray_serve) on a
 local Ray instance or a cluster (--address), until SIGINT or SIGTERM; then everything it started
 stops: the application, Serve if it started it, and the local Ray instance with all its processes
-(docs/serving.md, "Serving on Ray")."""
+(docs/ray-serve.md)."""
 from __future__ import annotations
 
 import argparse

@@ -476,7 +476,7 @@ def _autoscale(name: str, value: Any) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class RayServeOptions(Options):
     """How `qtts-cli serve --ray` runs the server on Ray Serve: the cluster, the replicas and how
-    Serve's autoscaler adds and removes them (docs/serving.md, "Serving on Ray")."""
+    Serve's autoscaler adds and removes them (docs/ray-serve.md)."""
     ray: bool = option(
         False, "serve through Ray Serve: replicas of the model behind Serve's HTTP proxy, one per --replicas "
                "(pip install 'qtts[serve]')", check=boolean(), commands=(SERVE,))

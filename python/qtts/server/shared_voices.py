@@ -1,6 +1,6 @@
 """Saved voices on storage that several servers share (the replicas of `qtts-cli serve --ray`):
 the folder is the truth, read at each use, so a voice saved through one replica is usable through
-every other at once and a deletion is seen everywhere (docs/serving.md, "Serving on Ray")."""
+every other at once and a deletion is seen everywhere (docs/ray-serve.md)."""
 from __future__ import annotations
 
 import os

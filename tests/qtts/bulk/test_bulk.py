@@ -1,6 +1,6 @@
 """`qtts-cli batch` and qtts.bulk: every item's file equals Model.synthesize with its settings,
 bad manifest lines are reported by number, and a killed run resumes without synthesizing an
-item twice (docs/serving.md, "Bulk synthesis"). The Ray runner: tests/qtts/bulk/test_bulk_ray.py."""
+item twice (docs/bulk.md, "How it runs"). The Ray runner: tests/qtts/bulk/test_bulk_ray.py."""
 from __future__ import annotations
 
 import json
