@@ -36,6 +36,13 @@ void set_matmul_path(MatmulPath path);
 // y = W x (+ b); W in ggml order [in, out], x [in, n].
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b = nullptr);
 
+// Row `row` of the index matrix `ids` [n, rows] (I32) as the index vector of ggml_get_rows:
+// a view where the row starts on a 256-byte boundary, else a copy of it. ggml-vulkan's get_rows
+// takes its operands only where they start on the device's storage-buffer alignment (up to 256
+// bytes; it asserts otherwise), and ggml-metal's kernels index from a buffer binding at the
+// view's offset (docs/gpu.md, "Views at an offset").
+ggml_tensor * index_row(ggml_context * ctx, ggml_tensor * ids, int64_t row);
+
 // Rows t..t+width/C-1 of x for every t < rows, rows `step` bytes apart (x's row stride when 0),
 // as one [width, rows] matrix without copying: consecutive rows overlap. ggml_view_2d rejects
 // views larger than dense, so this patches a 1-D view (the CPU mul_mat and conv-GEMM read src1
