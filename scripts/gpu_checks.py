@@ -22,6 +22,12 @@ CASES = [
     ("tiny_base", dict(x_vector_only_mode=True, language="english")),
     ("tiny_base", dict(x_vector_only_mode=False, language="english")),
 ]
+# The ops docs/gpu.md's Metal table checks against ggml-metal's rules: a census finding another
+# one means the table needs a new row
+CHECKED_OPS = {"MUL_MAT", "ADD", "SUB", "MUL", "RMS_NORM", "NORM", "SOFT_MAX", "SUM_ROWS", "CUMSUM", "MEAN", "ROPE",
+               "SWIGLU", "SILU", "GELU_ERF", "ELU", "RELU", "SIGMOID", "TANH", "NEG", "STEP", "SCALE", "CLAMP",
+               "SIN", "SQR", "SQRT", "CONCAT", "CPY", "CONT", "GET_ROWS", "SET_ROWS", "ARGSORT", "ARGMAX", "PAD",
+               "FILL", "TRI"}
 # Floors of the fast precision's agreement with the reference (exact must match outright).
 FAST_FLOORS = {"logits_cosine": 0.999, "codec_snr_db": 25.0}
 
@@ -184,7 +190,14 @@ def op_census(gold: Path, device: str) -> dict[str, Any]:
             for sig, n in s.native.op_census().items():
                 total[sig] = total.get(sig, 0) + int(n)
         m.close()
-    return {"device": device, "census": dict(sorted(total.items()))}
+    ops = {sig.split()[0] for sig in total}
+    # get_rows operands at an offset not on a 256-byte boundary (ggml-vulkan asserts on them)
+    def offsets(sig: str) -> list[int]:
+        return [int(src.split("@")[1].split("/")[0]) for src in sig.split("<-")[1].split(",") if "@" in src]
+
+    misaligned = [sig for sig in total if sig.startswith("GET_ROWS") and any(a < 256 for a in offsets(sig))]
+    return {"device": device, "census": dict(sorted(total.items())), "unchecked_ops": sorted(ops - CHECKED_OPS),
+            "get_rows_misaligned": misaligned}
 
 
 def parity(gold: Path, device: str, precision: str, ops: str = "auto", sampling: str = "default",

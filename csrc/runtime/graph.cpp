@@ -79,10 +79,12 @@ void keep(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * xp, ggml_tensor * 
     ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, left));
 }
 
+ggml_tensor * rows_operand(ggml_context * ctx, ggml_tensor * t) {
+    return t->view_offs % 256 == 0 ? t : ggml_cont(ctx, t);
+}
+
 ggml_tensor * index_row(ggml_context * ctx, ggml_tensor * ids, int64_t row) {
-    const size_t offset = row * ids->nb[1];
-    ggml_tensor * v = ggml_view_1d(ctx, ids, ids->ne[0], offset);
-    return offset % 256 == 0 ? v : ggml_cont(ctx, v);
+    return rows_operand(ctx, ggml_view_1d(ctx, ids, ids->ne[0], row * ids->nb[1]));
 }
 
 void set_input(ggml_cgraph * gf, const char * name, const void * data, size_t bytes) {

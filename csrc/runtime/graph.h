@@ -36,11 +36,13 @@ void set_matmul_path(MatmulPath path);
 // y = W x (+ b); W in ggml order [in, out], x [in, n].
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b = nullptr);
 
-// Row `row` of the index matrix `ids` [n, rows] (I32) as the index vector of ggml_get_rows:
-// a view where the row starts on a 256-byte boundary, else a copy of it. ggml-vulkan's get_rows
-// takes its operands only where they start on the device's storage-buffer alignment (up to 256
-// bytes; it asserts otherwise), and ggml-metal's kernels index from a buffer binding at the
-// view's offset (docs/gpu.md, "Views at an offset").
+// An operand of ggml_get_rows: `t` itself where it starts on a 256-byte boundary of its tensor,
+// else a copy. ggml-vulkan's get_rows takes its operands only where they start on the device's
+// storage-buffer alignment (up to 256 bytes; it asserts otherwise), where its other kernels take
+// any offset (docs/gpu.md, "Views at an offset").
+ggml_tensor * rows_operand(ggml_context * ctx, ggml_tensor * t);
+// Row `row` of the index matrix `ids` [n, rows] (I32) as the indices of ggml_get_rows (a
+// rows_operand).
 ggml_tensor * index_row(ggml_context * ctx, ggml_tensor * ids, int64_t row);
 
 // Rows t..t+width/C-1 of x for every t < rows, rows `step` bytes apart (x's row stride when 0),
