@@ -18,8 +18,8 @@ def test_check_gpu_dry_run_on_the_cpu(fixture_root: Path, tmp_path: Path) -> Non
                         "--no-build", "--ops", "portable", "--sampling", "device", "--out", str(out),
                         "--work", str(tmp_path / "work"),
                         "--phases", "info,goldens,parity_exact,parity_fast,batch_parity_exact,ops",
-                        "--budget-s", "600"],
-                       capture_output=True, text=True, timeout=900)
+                        "--budget-s", "720"],
+                       capture_output=True, text=True, timeout=1000)
     res = json.loads((out / "check_gpu.json").read_text())
     assert p.returncode == 0, (out / "logs.txt").read_text()[-3000:]
     exact = res["phases"]["parity_exact"]["result"]
