@@ -200,6 +200,7 @@ def run(a: argparse.Namespace) -> int:
         r.phase(f"parity_{prec}", ["parity", str(gold), "--device", a.device, "--precision", prec, "--ops", a.ops,
                                    "--sampling", a.sampling], 30)
     r.phase("batch_parity_exact", ["batch_parity", str(gold), "--device", a.device, "--precision", "exact"], 20)
+    r.phase("ops", ["ops", str(gold), "--device", a.device], 20)
     fr = str(a.frames)
     if a.device != "cpu":
         # serving at scale first (docs/serving.md): the batched eager path, the vocoder's pushes,
@@ -271,6 +272,10 @@ def format_table(res: dict[str, Any]) -> str:
             lines.append(f"| {c['model']} ({req}) | {c['codes_equal']} | {at} | {wav} | "
                          f"{c['prefill_hidden_cosine']:.7f} / {c['prefill_hidden_max_abs']:.1e} | "
                          f"{c['logits_cosine_min']:.7f} | {c['logits_max_abs']:.2e} | {c['codec_snr_db']:.1f} |")
+        if got.get("sampled"):
+            sm = got["sampled"]
+            lines += ["", f"Seeded sampling (top-k, {sm['frames']} frames): codes equal to the CPU's "
+                          f"{sm['codes_equal']}; scheduler splits per graph {sm['splits_per_graph']}"]
     lines += ["", "## Speed (100 frames unless said; ms per frame)", "",
               "| run | devices | gen | talker | predictor | vocoder | first audio ms | RTF |",
               "|---|---|---|---|---|---|---|---|"]
@@ -361,11 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--phases", help="run only these phases (comma-separated names as in the JSON)")
     for name in ("info", "goldens", "parity", "batch_parity", "speed", "batch", "serve", "first_audio", "official",
-                 "vocoder", "batch_ops"):
+                 "vocoder", "batch_ops", "ops"):
         p = sub.add_parser(name, help=argparse.SUPPRESS)
         p.add_argument("--json", required=True)
-        if name in ("goldens", "parity", "batch_parity"):
+        if name in ("goldens", "parity", "batch_parity", "ops"):
             p.add_argument("dir")
+        if name == "ops":
+            p.add_argument("--device", default="cpu")
         if name == "batch_parity":
             p.add_argument("--device", default="auto")
             p.add_argument("--precision", default="exact")
@@ -421,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         got = gc.speed(a.release, a.type, a.device, a.threads, a.frames, a.precision)
     elif a.cmd == "batch":
         got = gc.batching(a.release, a.type, a.device, a.frames, [int(b) for b in a.batches.split(",")])
+    elif a.cmd == "ops":
+        got = gc.op_census(Path(a.dir), a.device)
     elif a.cmd == "batch_parity":
         got = gc.batch_parity(Path(a.dir), a.device, a.precision)
     elif a.cmd == "serve":

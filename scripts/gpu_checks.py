@@ -22,6 +22,12 @@ CASES = [
     ("tiny_base", dict(x_vector_only_mode=True, language="english")),
     ("tiny_base", dict(x_vector_only_mode=False, language="english")),
 ]
+# The ops docs/gpu.md's Metal table checks against ggml-metal's rules: a census finding another
+# one means the table needs a new row
+CHECKED_OPS = {"MUL_MAT", "ADD", "SUB", "MUL", "RMS_NORM", "NORM", "SOFT_MAX", "SUM_ROWS", "CUMSUM", "MEAN", "ROPE",
+               "SWIGLU", "SILU", "GELU_ERF", "ELU", "RELU", "SIGMOID", "TANH", "NEG", "STEP", "SCALE", "CLAMP",
+               "SIN", "SQR", "SQRT", "CONCAT", "CPY", "CONT", "GET_ROWS", "SET_ROWS", "ARGSORT", "ARGMAX", "PAD",
+               "FILL", "TRI"}
 # Floors of the fast precision's agreement with the reference (exact must match outright).
 FAST_FLOORS = {"logits_cosine": 0.999, "codec_snr_db": 25.0}
 
@@ -140,6 +146,61 @@ def _teacher_forced(m: Any, req: dict, codes: Any) -> list[Any]:
     return out
 
 
+def _sampled(m: Any, cpu: Any) -> dict[str, Any]:
+    """A seeded sampled request (top-k: on a device the code predictor samples inside its frame
+    graph) against the same on the CPU's portable path, and each phase's scheduler splits per
+    graph: more than 1 means some op left the device (docs/gpu.md, "Views at an offset")."""
+    kw = dict(speaker="ryan", language="english", seed=3, subtalker_top_k=5, subtalker_temperature=0.8,
+              max_new_tokens=12)
+    with m.engine.session() as s:
+        s.set_profiling(True, False)
+    try:
+        got = m.generate_codes(TEXT, **kw).codes
+        with m.engine.session() as s:
+            prof = s.profile()
+    finally:
+        with m.engine.session() as s:
+            s.set_profiling(False)
+    want = cpu.generate_codes(TEXT, **kw).codes
+    phases = {k.partition("/")[0] for k in prof}
+    return {"frames": len(got), "codes_equal": got.shape == want.shape and bool((got == want).all()),
+            "splits_per_graph": {p: prof.get(f"{p}/:splits", 0) / prof[f"{p}/:graphs"] for p in sorted(phases)
+                                 if prof.get(f"{p}/:graphs")}}
+
+
+def op_census(gold: Path, device: str) -> dict[str, Any]:
+    """Every computed node of the portable graphs by signature (Session.op_census: op, types,
+    and the views its sources are), over each tiny model's requests, a sampled one, a batch and
+    the encoders: the list docs/gpu.md's Metal table checks."""
+    import numpy as np
+
+    import qtts
+
+    clip = np.load(gold / "goldens.npz")["clip"]
+    total: dict[str, int] = {}
+    # each variant once, the base model's in-context clone (both encoders); nodes run one by one
+    for name, req in (CASES[0], CASES[2], CASES[4]):
+        m = qtts.Model(gold / f"{name}-f32.gguf", device=device, ops="portable", n_threads=4, voice_cache=False)
+        with m.engine.session() as s:
+            s.native.device_sampling = True
+            s.native.set_op_census(True)
+        kw = _request(name, req, m, clip)
+        m.synthesize(TEXT, **kw, seed=1, subtalker_top_k=5, max_new_tokens=4)
+        m.synthesize_batch([TEXT, "Short."], max_batch=2, **kw, **{**GREEDY, "max_new_tokens": [4, 2]})
+        with m.engine.session() as s:
+            for sig, n in s.native.op_census().items():
+                total[sig] = total.get(sig, 0) + int(n)
+        m.close()
+    ops = {sig.split()[0] for sig in total}
+    # get_rows operands at an offset not on a 256-byte boundary (ggml-vulkan asserts on them)
+    def offsets(sig: str) -> list[int]:
+        return [int(src.split("@")[1].split("/")[0]) for src in sig.split("<-")[1].split(",") if "@" in src]
+
+    misaligned = [sig for sig in total if sig.startswith("GET_ROWS") and any(a < 256 for a in offsets(sig))]
+    return {"device": device, "census": dict(sorted(total.items())), "unchecked_ops": sorted(ops - CHECKED_OPS),
+            "get_rows_misaligned": misaligned}
+
+
 def parity(gold: Path, device: str, precision: str, ops: str = "auto", sampling: str = "default",
            only: str | None = None) -> dict[str, Any]:
     """Every case (or `only` the cases of one model) on `device` against the reference's
@@ -200,6 +261,8 @@ def parity(gold: Path, device: str, precision: str, ops: str = "auto", sampling:
         r["encoder_codes_equal"] = enc.shape == g["encode.codes"].shape and bool((enc == g["encode.codes"]).all())
     else:
         r["encoder_codes_equal"] = None
+    if "tiny_custom_voice" in models:
+        r["sampled"] = _sampled(*models["tiny_custom_voice"])
     r["tf32_override"] = os.environ.get("NVIDIA_TF32_OVERRIDE")
     cases = r["cases"]
     if precision == "exact":

@@ -38,6 +38,15 @@ if BLOCK_TORCH:
     sys.meta_path.insert(0, _TorchBlocker())
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.fixtures.device import check_test_device
+
+    try:
+        check_test_device()
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = getattr(item, "fixturenames", ())

@@ -40,6 +40,7 @@ PYBIND11_MODULE(_core, mod) {
         for (const auto & [level, text] : qtts::take_ggml_log()) out.append(py::make_tuple(level, py::bytes(text)));
         return out;
     });
+    mod.def("set_ggml_debug", &qtts::set_ggml_debug, py::arg("on"));
     qtts::bind_params(mod);
     qtts::bind_model(mod);
     qtts::bind_session(mod);

@@ -227,6 +227,9 @@ void bind_session(py::module_ & m) {
              "Per-op timing (graphs then run node by node); ops=False: only the graph counts and the build, "
              "allocation and compute times, graphs computed whole; read it with profile().")
         .def("profile", &Session::profile, "Milliseconds per op name since profiling was enabled.")
+        .def("set_op_census", &Session::set_op_census, py::arg("on"),
+             "Count each computed node by its op, types and source views (graphs then run node by node).")
+        .def("op_census", &Session::op_census, "Computed nodes per signature since the census was turned on.")
         .def("cancel", &Session::cancel, "Stop a generation in progress after the current frame (any thread).")
         .def("generate", &generate, py::arg("prompt"), py::arg("trailing"), py::arg("params"))
         .def("generate_begin", &generate_begin, py::arg("prompt"), py::arg("trailing"), py::arg("params"),

@@ -124,10 +124,11 @@ ggml_tensor * sample_on_device(ggml_context * ctx, ggml_tensor * logits, const S
     ggml_tensor * s = p.temperature != 1.0f ? ggml_scale(ctx, l, 1.0f / p.temperature) : l;
     if (p.top_k > 0 && p.top_k < V) {
         // each lane's k-th largest score; the tokens below it get a large negative bias, so their
-        // probability is exactly 0 (a -inf bias times 0 would be NaN in the mask's product)
+        // probability is exactly 0 (a -inf bias times 0 would be NaN in the mask's product).
+        // The k-th index is copied out of the sort's view first: get_rows reads its indices from
+        // offset 0 on ggml-vulkan (which asserts that) and assumes it on other backends' kernels.
         ggml_tensor * top = ggml_argsort_top_k(ctx, s, p.top_k);  // [k, lanes]
-        ggml_tensor * kth_id = ggml_view_2d(ctx, top, 1, lanes, top->nb[1], (p.top_k - 1) * top->nb[0]);
-        if (lanes > 1) kth_id = ggml_cont(ctx, kth_id);
+        ggml_tensor * kth_id = ggml_cont(ctx, ggml_view_2d(ctx, top, 1, lanes, top->nb[1], (p.top_k - 1) * top->nb[0]));
         ggml_tensor * kth = ggml_get_rows(ctx, ggml_reshape_3d(ctx, s, 1, V, lanes), kth_id);  // [1, 1, lanes]
         kth = ggml_reshape_2d(ctx, kth, 1, lanes);
         ggml_tensor * below = ggml_step(ctx, ggml_neg(ctx, ggml_sub(ctx, s, kth)));  // 1 where s < kth

@@ -104,7 +104,7 @@ struct SpeakerBuilder {
             ggml_set_input(idx);
             pads.push_back(p);
         }
-        return ggml_get_rows(ctx, x, idx);
+        return ggml_get_rows(ctx, rows_operand(ctx, x), idx);  // x: a Res2Net split, a view at an offset
     }
 
     ggml_tensor * conv(ggml_tensor * x, ggml_tensor * wt, ggml_tensor * b, int k, int d) {

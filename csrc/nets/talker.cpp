@@ -60,7 +60,7 @@ ggml_tensor * step_embedding(ggml_context * ctx, const Talker & t, const CodePre
     const int groups = t.n_code_groups;
     ggml_tensor * codes = input(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n, groups), kTalkerCodes);
     ggml_tensor * text = input(ggml_new_tensor_2d(ctx, GGML_TYPE_F32, t.n_embd(), n), kTalkerText);
-    auto code = [&](int g) { return ggml_view_1d(ctx, codes, n, g * codes->nb[1]); };
+    auto code = [&](int g) { return index_row(ctx, codes, g); };
     ggml_tensor * x = ggml_get_rows(ctx, t.codec_embd, code(0));
     for (int g = 1; g < groups; ++g) x = ggml_add(ctx, x, ggml_get_rows(ctx, cp.codec_embd[g - 1], code(g)));
     return named(ggml_add(ctx, x, text), "talker.step_embd");
@@ -117,9 +117,7 @@ ggml_tensor * build_codec_embed(ggml_context * ctx, const Talker & t, int64_t n)
 ggml_tensor * build_frame_embed(ggml_context * ctx, const Talker & t, const CodePredictor & cp, int64_t n) {
     const int64_t groups = t.n_code_groups;
     ggml_tensor * codes = input(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n, groups), kFrameCodes);
-    auto rows = [&](ggml_tensor * table, int64_t g) {
-        return ggml_get_rows(ctx, table, ggml_view_1d(ctx, codes, n, g * codes->nb[1]));
-    };
+    auto rows = [&](ggml_tensor * table, int64_t g) { return ggml_get_rows(ctx, table, index_row(ctx, codes, g)); };
     ggml_tensor * x = rows(t.codec_embd, 0);
     for (int64_t g = 1; g < groups; ++g) x = ggml_add(ctx, x, rows(cp.codec_embd[g - 1], g));
     return named(x, "frame_embd");

@@ -157,10 +157,8 @@ struct Builder {
         return y;
     }
 
-    ggml_tensor * rvq(ggml_tensor * codes, int64_t n) {
-        auto embd = [&](int g) {
-            return ggml_get_rows(ctx, w.codebooks[g], ggml_view_1d(ctx, codes, n, g * codes->nb[1]));
-        };
+    ggml_tensor * rvq(ggml_tensor * codes) {
+        auto embd = [&](int g) { return ggml_get_rows(ctx, w.codebooks[g], index_row(ctx, codes, g)); };
         ggml_tensor * rest = embd(1);
         for (int g = 2; g < w.n_quantizers; ++g) rest = ggml_add(ctx, rest, embd(g));
         return named(ggml_add(ctx, mul_mat(ctx, w.rvq_first_out, embd(0)), mul_mat(ctx, w.rvq_rest_out, rest)),
@@ -258,7 +256,7 @@ struct Builder {
             n_all += ln.n;
         }
         ggml_tensor * codes = input(ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n_all, w.n_quantizers), "cd.codes");
-        ggml_tensor * xp = join(rvq(codes, n_all), pre, n);
+        ggml_tensor * xp = join(rvq(codes), pre, n);
         ggml_tensor * x = named(conv_joined(xp, w.pre_conv, kPreConvKernel - 1, w.pre_conv_b, n), "cd.pre_conv");
         x = transformer(x);
         // the conv stack runs over the full lanes' rows only

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cfloat>
 #include <cstdlib>
+#include <cstring>
 
 #include "ggml-backend.h"
 #include "ops/layout.h"
@@ -33,25 +34,50 @@ bool in_host_memory(const ggml_tensor * t) {
 
 }  // namespace
 
+namespace {
+
+// Set once an exact model is on a ggml-vulkan device: ggml-vulkan copies an F32 operand whose
+// first two dimensions are not contiguous (an attention product's permuted heads, a KV-cache
+// window) to F16 before multiplying, whatever the product's precision, so exact hands it dense
+// copies instead (docs/gpu.md, "Exact on Vulkan").
+std::atomic<bool> & dense_operands() {
+    static std::atomic<bool> on{false};
+    return on;
+}
+
+ggml_tensor * dense01(ggml_context * ctx, ggml_tensor * t) {
+    const bool dense = t->nb[0] == ggml_type_size(t->type) && t->nb[1] == t->nb[0] * t->ne[0];
+    return dense || t->type != GGML_TYPE_F32 ? t : ggml_cont(ctx, t);
+}
+
+}  // namespace
+
 Precision device_precision() {
     return claimed_precision().load() == static_cast<int>(Precision::exact) ? Precision::exact : Precision::fast;
 }
 
-void claim_device_precision(Precision p) {
+void claim_device_precision(Precision p, const char * device) {
     int want = static_cast<int>(p), seen = -1;
     if (!claimed_precision().compare_exchange_strong(seen, want) && seen != want) {
         fail("precision '%s' was asked for, but this process already runs models on a GPU in '%s' precision "
              "(the device's matrix-product mode is process-wide): load them with the same precision",
              precision_name(p), precision_name(static_cast<Precision>(seen)));
     }
-    // cuBLAS reads this when it creates its handle, which ggml-cuda does at the first product
-    // it hands to cuBLAS; a value the user set is kept.
+    // cuBLAS reads NVIDIA_TF32_OVERRIDE when it creates its handle, which ggml-cuda does at the
+    // first product it hands to cuBLAS; ggml-vulkan reads GGML_VK_DISABLE_F16 when it sets up a
+    // device, which it does when the model's weights are first placed on it (without it, its
+    // products keep F32 operands in fp16 tiles where the device has fp16 arithmetic). A value
+    // the user set is kept.
+    if (p == Precision::exact && std::strncmp(device, "Vulkan", 6) == 0) dense_operands() = true;
     if (p == Precision::exact) {
+        for (const char * name : {"NVIDIA_TF32_OVERRIDE", "GGML_VK_DISABLE_F16"}) {
+            const char * value = name[0] == 'N' ? "0" : "1";
 #if defined(_WIN32)
-        if (!std::getenv("NVIDIA_TF32_OVERRIDE")) _putenv_s("NVIDIA_TF32_OVERRIDE", "0");
+            if (!std::getenv(name)) _putenv_s(name, value);
 #else
-        setenv("NVIDIA_TF32_OVERRIDE", "0", 0);
+            setenv(name, value, 0);
 #endif
+        }
     }
 }
 
@@ -74,6 +100,7 @@ ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b
 
 ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b) {
     if (device_precision() != Precision::exact || in_host_memory(a)) return ggml_mul_mat(ctx, a, b);
+    if (dense_operands()) return mul_mat_exact(ctx, dense01(ctx, a), dense01(ctx, b));
     return mul_mat_exact(ctx, a, b);
 }
 

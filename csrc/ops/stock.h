@@ -14,7 +14,8 @@ namespace qtts {
 // claims it, and a later one asking for the other is refused. The CPU is always exact.
 enum class Precision { fast, exact };
 Precision device_precision();
-void claim_device_precision(Precision p);
+// `device`: the ggml device's name (exact on a Vulkan device also densifies strided operands).
+void claim_device_precision(Precision p, const char * device);
 
 // a b as ggml_mul_mat, in the claimed precision: where it is exact and `a` is not known to live
 // in host memory, the product asks for F32 (ggml_mul_mat_set_prec) and a column count at which

@@ -40,7 +40,7 @@ AlignerModel::AlignerModel(const std::string & path_, const std::string & device
                                                                                        : OpsPath::native;
     if (!on_cpu) {
         precision = precision_choice == PrecisionChoice::exact ? Precision::exact : Precision::fast;
-        claim_device_precision(precision);
+        claim_device_precision(precision, ggml_backend_dev_name(device));
     }
     buffers_ = f.place(device, [](const char *) { return false; });
     for (ggml_backend_buffer_t b : buffers_) weight_bytes += ggml_backend_buffer_get_size(b);

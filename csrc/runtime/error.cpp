@@ -1,5 +1,6 @@
 #include "runtime/error.h"
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <mutex>
@@ -51,6 +52,7 @@ static thread_local std::vector<std::string> * t_capture = nullptr;
 static std::mutex g_queue_mutex;
 static std::vector<std::pair<int, std::string>> g_queue;
 static size_t g_dropped = 0;
+static std::atomic<bool> g_debug{false};
 
 static void queue_line(int level, std::string text) {
     std::lock_guard<std::mutex> lock(g_queue_mutex);
@@ -58,15 +60,38 @@ static void queue_line(int level, std::string text) {
         if (!g_queue.empty() && g_dropped == 0) g_queue.back().second += text;
         return;
     }
-    if (g_queue.size() >= kMaxQueuedLogLines) {
+    if (g_queue.size() >= (g_debug ? kMaxQueuedDebugLines : kMaxQueuedLogLines)) {
         ++g_dropped;
         return;
     }
     g_queue.emplace_back(level, std::move(text));
 }
 
+// ggml prints some debug lines in pieces (the scheduler's split dump: "\n## SPLIT ...", ": ",
+// "[input] ", "\n"): they are joined here and queued line by line.
+static std::string g_debug_text;
+
+static void queue_debug(const char * text) {
+    std::vector<std::string> lines;
+    {
+        std::lock_guard<std::mutex> lock(g_queue_mutex);
+        g_debug_text += text;
+        for (size_t nl; (nl = g_debug_text.find('\n')) != std::string::npos;) {
+            std::string line = g_debug_text.substr(0, nl);
+            g_debug_text.erase(0, nl + 1);
+            while (!line.empty() && line.back() == ' ') line.pop_back();
+            if (!line.empty()) lines.push_back(std::move(line));
+        }
+    }
+    for (std::string & l : lines) queue_line(GGML_LOG_LEVEL_DEBUG, std::move(l));
+}
+
 static void log_callback(enum ggml_log_level level, const char * text, void *) {
-    if (level == GGML_LOG_LEVEL_DEBUG || level == GGML_LOG_LEVEL_NONE) return;
+    if (level == GGML_LOG_LEVEL_NONE) return;
+    if (level == GGML_LOG_LEVEL_DEBUG) {
+        if (g_debug) queue_debug(text);
+        return;
+    }
     std::string line = text;
     while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
     if (line.empty()) return;
@@ -89,6 +114,8 @@ std::vector<std::pair<int, std::string>> take_ggml_log() {
 }
 
 void install_ggml_log() { ggml_log_set(log_callback, nullptr); }
+
+void set_ggml_debug(bool on) { g_debug = on; }
 
 GgmlErrorCapture::GgmlErrorCapture() : outer_(t_capture) { t_capture = &lines_; }
 

@@ -49,10 +49,16 @@ class GgmlErrorCapture;
 // logged them (docs/architecture.md, "Errors").
 void install_ggml_log();
 
+// Queue ggml's debug lines too (GGML_SCHED_DEBUG's split assignments, a backend's choices), up
+// to kMaxQueuedDebugLines: on while the "qtts" logger is enabled for DEBUG (_native.py).
+void set_ggml_debug(bool on);
+
 // The queued log lines, oldest first, as (ggml_log_level, text without the trailing newline),
-// and the queue emptied. At most kMaxQueuedLogLines wait; beyond that lines are counted, and
+// and the queue emptied. At most kMaxQueuedLogLines wait (kMaxQueuedDebugLines with the debug
+// lines on: a scheduler's debug dump has a line per node); beyond that lines are counted, and
 // reported in one last line, instead of kept.
 constexpr size_t kMaxQueuedLogLines = 1000;
+constexpr size_t kMaxQueuedDebugLines = 200000;
 std::vector<std::pair<int, std::string>> take_ggml_log();
 
 // ggml reports why an operation failed only through its log, often as several lines ending in

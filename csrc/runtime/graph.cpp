@@ -79,6 +79,15 @@ void keep(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * xp, ggml_tensor * 
     ggml_build_forward_expand(gf, ggml_cpy(ctx, tail, left));
 }
 
+ggml_tensor * rows_operand(ggml_context * ctx, ggml_tensor * t) {
+    return t->view_offs % 256 == 0 ? t : ggml_cont(ctx, t);
+}
+
+ggml_tensor * index_row(ggml_context * ctx, ggml_tensor * ids, int64_t row) {
+    ggml_tensor * r = ggml_view_1d(ctx, ids, ids->ne[0], row * ids->nb[1]);
+    return row == 0 ? r : ggml_cont(ctx, r);
+}
+
 void set_input(ggml_cgraph * gf, const char * name, const void * data, size_t bytes) {
     ggml_tensor * t = ggml_graph_get_tensor(gf, name);
     if (!t || ggml_nbytes(t) != bytes) fail("graph input '%s' is missing or has the wrong size", name);

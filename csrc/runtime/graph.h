@@ -36,6 +36,17 @@ void set_matmul_path(MatmulPath path);
 // y = W x (+ b); W in ggml order [in, out], x [in, n].
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b = nullptr);
 
+// An operand of ggml_get_rows: `t` itself where it starts on a 256-byte boundary of its tensor,
+// else a copy. ggml-vulkan's get_rows takes its operands only where they start on the device's
+// storage-buffer alignment (up to 256 bytes; it asserts otherwise), where its other kernels take
+// any offset (docs/gpu.md, "Views at an offset").
+ggml_tensor * rows_operand(ggml_context * ctx, ggml_tensor * t);
+// Row `row` of the index matrix `ids` [n, rows] (I32) as the indices of ggml_get_rows: row 0
+// itself, every other row a copy (a few integers), whatever n is, so that a graph indexed by
+// the rows of an [n, rows] input has the same nodes at every n (a batched step's graph is the
+// same at 1 and 64 slots, tests/qtts/runtime/test_batch.py) and is a rows_operand on any device.
+ggml_tensor * index_row(ggml_context * ctx, ggml_tensor * ids, int64_t row);
+
 // Rows t..t+width/C-1 of x for every t < rows, rows `step` bytes apart (x's row stride when 0),
 // as one [width, rows] matrix without copying: consecutive rows overlap. ggml_view_2d rejects
 // views larger than dense, so this patches a 1-D view (the CPU mul_mat and conv-GEMM read src1

@@ -127,7 +127,7 @@ Model::Model(const std::string & path_, const std::string & device_name, OpsChoi
         choice == OpsChoice::native || (choice == OpsChoice::automatic && on_cpu) ? OpsPath::native : OpsPath::portable;
     if (!on_cpu) {
         precision = precision_choice == PrecisionChoice::exact ? Precision::exact : Precision::fast;
-        claim_device_precision(precision);
+        claim_device_precision(precision, ggml_backend_dev_name(device));
     }
     const bool bf16_vocoder = on_cpu && ops == OpsPath::native && conv_gemm_has_bf16_tiles() &&
                               (precision_choice == PrecisionChoice::fast ||

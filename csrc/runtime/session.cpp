@@ -147,6 +147,11 @@ void Session::set_profiling(bool on, bool ops) {
     profile_ops_ = ops;
 }
 
+void Session::set_op_census(bool on) {
+    census_.clear();
+    census_on_ = on;
+}
+
 void Session::profile_add(const char * what, double value) { profile_[std::string(phase_) + "/" + what] += value; }
 
 // Custom ops by what they do: the quantized matmul (quantized weights in), the in-graph sampling
@@ -164,6 +169,26 @@ static const char * profile_op_name(const ggml_tensor * t) {
     return t->type == GGML_TYPE_I32 ? "SAMPLE" : "CUSTOM";
 }
 
+// A node's signature in the op census (Session::set_op_census).
+static std::string op_signature(const ggml_tensor * t) {
+    std::string sig = t->op == GGML_OP_UNARY    ? ggml_unary_op_name(ggml_get_unary_op(t))
+                      : t->op == GGML_OP_GLU    ? ggml_glu_op_name(ggml_get_glu_op(t))
+                      : t->op == GGML_OP_CUSTOM ? profile_op_name(t)
+                                                : ggml_op_name(t->op);
+    sig += std::string(" ") + ggml_type_name(t->type) + " <-";
+    for (int i = 0; i < GGML_MAX_SRC && t->src[i]; ++i) {
+        const ggml_tensor * a = t->src[i];
+        sig += std::string(i ? ", " : " ") + ggml_type_name(a->type);
+        if (a->view_offs) {  // the offset's alignment: the largest power of two (to 256) dividing it
+            size_t align = 1;
+            while (align < 256 && a->view_offs % (2 * align) == 0) align *= 2;
+            sig += "@" + std::to_string(align);
+        }
+        if (!ggml_is_contiguous(a)) sig += ggml_is_contiguous_rows(a) ? "/rows" : "/strided";
+    }
+    return sig;
+}
+
 bool Session::profile_node(ggml_tensor * t, bool ask, void * self) {
     auto * s = static_cast<Session *>(self);
     const auto now = std::chrono::steady_clock::now();
@@ -171,7 +196,12 @@ bool Session::profile_node(ggml_tensor * t, bool ask, void * self) {
         s->profile_t0_ = now;
         return true;  // observe every node: the scheduler then computes them one at a time
     }
-    s->profile_add(profile_op_name(t), std::chrono::duration<double, std::milli>(now - s->profile_t0_).count());
+    const bool computes = t->op != GGML_OP_NONE && t->op != GGML_OP_VIEW && t->op != GGML_OP_RESHAPE &&
+                          t->op != GGML_OP_PERMUTE && t->op != GGML_OP_TRANSPOSE;
+    if (s->census_on_ && computes) ++s->census_[op_signature(t)];
+    if (s->profiling_ && s->profile_ops_) {
+        s->profile_add(profile_op_name(t), std::chrono::duration<double, std::milli>(now - s->profile_t0_).count());
+    }
     return true;
 }
 
@@ -195,7 +225,8 @@ static int computed_nodes(ggml_cgraph * gf) {
 void Session::compute(ggml_backend_sched_t sched, ggml_cgraph * gf, ProfileClock & clock) {
     GgmlErrorCapture log;
     // the switch as it is now, also for a scheduler made before it changed (a batch's replays)
-    ggml_backend_sched_set_eval_callback(sched, profiling_ && profile_ops_ ? &Session::profile_node : nullptr, this);
+    const bool observe = (profiling_ && profile_ops_) || census_on_;
+    ggml_backend_sched_set_eval_callback(sched, observe ? &Session::profile_node : nullptr, this);
     const ggml_status status = ggml_backend_sched_graph_compute(sched, gf);
     if (status != GGML_STATUS_SUCCESS) engine_fail(log, "graph compute failed: %s", ggml_status_to_string(status));
     clock.lap(":compute");

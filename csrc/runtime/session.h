@@ -121,6 +121,13 @@ public:
     // split needs: node-by-node runs synchronize after every node).
     void set_profiling(bool on, bool ops = true);
     std::map<std::string, double> profile() const { return profile_; }
+    // The op census, for checking a backend's support op by op (docs/gpu.md, "Metal"): while
+    // on, graphs run node by node and each computed node counts under its signature,
+    // "OP type <- src0, src1, ...", each source its type, then "@N" when it is a view at a
+    // non-zero offset (N: the largest power of two up to 256 that divides the offset in bytes),
+    // "/rows" when only its rows are contiguous, "/strided" when not even those.
+    void set_op_census(bool on);
+    std::map<std::string, int64_t> op_census() const { return census_; }
 
     // Names the phase of the graphs run while it lives (profiling keys).
     class Phase {
@@ -161,7 +168,8 @@ private:
     void profile_add(const char * what, double value);
     std::map<std::string, double> profile_;
     std::chrono::steady_clock::time_point profile_t0_;
-    bool profiling_ = false, profile_ops_ = true;
+    bool profiling_ = false, profile_ops_ = true, census_on_ = false;
+    std::map<std::string, int64_t> census_;
     const char * phase_ = "other";
     int prefill_chunk_ = kPrefillChunk;
 

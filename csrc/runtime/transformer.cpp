@@ -281,6 +281,20 @@ struct LayerBuilder {
         return concat_rows(ctx, std::move(outs));
     }
 
+    // The causal mask [n_kv, n] of n queries after n_past positions: 0 where key i <= n_past + j
+    // for query j, -1e30 after (ggml_diag_mask_inf's keys); built from stock ops that every
+    // backend has, since ggml-metal lacks that op (the graph would leave the GPU there). The
+    // softmax adds 0 or -1e30 to the scaled scores: every row keeps its key 0, so the masked
+    // ones' weights are exactly 0 and the rest are those of the masked scores bit for bit. Not
+    // -inf: ggml-metal's tri multiplies by 0 or 1, and 0 * -inf is NaN.
+    ggml_tensor * causal_mask(int64_t n_kv, int64_t n, int64_t n_past) const {
+        auto filled = [&](int64_t keys, float value) {
+            return ggml_fill(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, keys, n), value);
+        };
+        ggml_tensor * m = ggml_tri(ctx, filled(n_kv - n_past, -1e30f), GGML_TRI_TYPE_UPPER);  // key > query
+        return n_past > 0 ? ggml_concat(ctx, filled(n_past, 0.0f), m, 0) : m;
+    }
+
     // Softmax attention of q [hd, n_head, n] (at positions `at`) over the cache window `kv` (k, v
     // written into it first) or, without one, over k, v themselves; [hd * n_head, n].
     ggml_tensor * attend(ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, const KvWindow * kv, ggml_tensor * mask,
@@ -346,7 +360,7 @@ struct LayerBuilder {
         if (kv && n == 1) return attend_one(q, K, VT, mask, scale, il);
         q = ggml_permute(ctx, by_lane(q), 0, 2, 1, 3);
         ggml_tensor * kq = mul_mat(ctx, K, q);  // [n_kv, n, n_head, lanes]
-        if (!mask && n > 1) kq = ggml_diag_mask_inf(ctx, kq, static_cast<int>(n_past));
+        if (!mask && n > 1) mask = causal_mask(kq->ne[0], n, n_past);
         kq = named(ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f), "%s.%d.attn_w", o.prefix, il);
         ggml_tensor * out = ggml_permute(ctx, mul_mat(ctx, VT, kq), 0, 2, 1, 3);  // [hd, n_head, n, lanes]
         return ggml_cont_2d(ctx, out, hd * hp.n_head, n_all);

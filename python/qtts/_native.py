@@ -53,8 +53,15 @@ if not core.ggml_version().startswith(_PINNED_GGML):
                       "reinstall qtts so both come from the same libggml-python release")
 
 
-# ggml's own log lines (docs/architecture.md, "Errors"), by ggml_log_level: INFO, WARN, ERROR
-_GGML_LEVELS = {2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+# ggml's own log lines (docs/architecture.md, "Errors"), by ggml_log_level: DEBUG, INFO, WARN, ERROR
+_GGML_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+
+
+def sync_ggml_debug() -> None:
+    """Have the core queue ggml's debug lines while the "qtts" logger is enabled for DEBUG
+    (e.g. GGML_SCHED_DEBUG's scheduler splits); the engine calls this before each load and with
+    each forward, so a level set between operations holds from the next one."""
+    core.set_ggml_debug(logging.getLogger("qtts").isEnabledFor(logging.DEBUG))
 
 
 def forward_ggml_log() -> None:
@@ -64,3 +71,4 @@ def forward_ggml_log() -> None:
     log = logging.getLogger("qtts")
     for level, text in core.take_ggml_log():
         log.log(_GGML_LEVELS.get(level, logging.INFO), "ggml: %s", text.decode("utf-8", "replace"))
+    sync_ggml_debug()

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._native import core, forward_ggml_log
+from .._native import core, forward_ggml_log, sync_ggml_debug
 from .config import SETTING_SPECS, GenerationConfig, settings_of
 from .engine_lock import EngineLock
 
@@ -120,6 +120,7 @@ class Engine:
     def __init__(self, path: str, device: str = "auto", n_threads: int = 1, ops: str = "auto",
                  huge_pages: bool = True, precision: str = "auto") -> None:
         self._init()
+        sync_ggml_debug()
         try:
             self._native_model = core.Model(path, device, core.Ops.__members__[ops], huge_pages,
                                             core.Precision.__members__[precision])

@@ -9,6 +9,7 @@ import pytest
 
 from qtts._native import core
 from qtts.runtime.engine import Engine
+from tests.fixtures.device import ops_device
 
 HOP = 1920
 N_Q = 16
@@ -17,7 +18,7 @@ N_Q = 16
 # Every test of the decoder runs on both paths (docs/kernels.md, "Portable graphs").
 @pytest.fixture(scope="module", params=["native", "portable"])
 def session(gguf_dir: Path, request: pytest.FixtureRequest):
-    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2, request.param).session() as s:
+    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), ops_device(request.param), 2, request.param).session() as s:
         yield s
 
 
@@ -120,7 +121,7 @@ def test_fast_precision_stream_equals_offline_for_any_split(gguf_dir: Path) -> N
     """The BF16 convs keep each row's arithmetic independent of the rows beside it, so at the fast
     precision too a stream pushed in any split, across the reference's 300-frame chunks, is the
     offline decode bit for bit."""
-    engine = Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2, "native", precision="fast")
+    engine = Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2, "native", precision="fast")  # the CPU's BF16
     assert engine.precision == ("fast" if core.ops.has_bf16_tiles() else "exact")
     with engine.session() as s:
         codes = _codes(620, 5)
@@ -151,9 +152,10 @@ def test_model_decode(gguf_dir: Path, reference, ops: str) -> None:
 
     import qtts
 
-    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1, ops=ops)
+    device = "cpu" if ops == "auto" else ops_device(ops)
+    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1, ops=ops, device=device)
     assert m.ops == ("native" if ops == "auto" else ops)  # auto: native on the CPU
-    assert m.devices["codec_decoder"] == f"CPU/{m.ops}"
+    assert m.devices["codec_decoder"] == f"{m.device}/{m.ops}"
     codes = _codes(9, 11)
     want, _ = reference.decode({"audio_codes": torch.from_numpy(codes)})
     np.testing.assert_allclose(m.decode(codes), want[0], rtol=0, atol=1e-4)
@@ -194,8 +196,8 @@ def test_fast_precision_stays_near_the_reference(gguf_dir: Path, reference) -> N
 
     codes = _codes(40, 12)
     want, _ = reference.decode({"audio_codes": torch.from_numpy(codes)})
-    exact = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, precision="exact").decode(codes)
-    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, precision="fast")
+    exact = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, precision="exact", device="cpu").decode(codes)
+    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, precision="fast", device="cpu")
     got = m.decode(codes)
     if m.precision == "exact":
         np.testing.assert_array_equal(got, exact)

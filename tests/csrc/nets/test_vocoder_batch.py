@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from qtts.runtime.engine import Engine
+from tests.fixtures.device import ops_device
 
 HOP = 1920
 N_Q = 16
@@ -20,7 +21,8 @@ N_Q = 16
 @pytest.fixture(scope="module", params=["native", "portable", "fast"])
 def session(gguf_dir: Path, request: pytest.FixtureRequest):
     ops, precision = ("native", "fast") if request.param == "fast" else (request.param, "exact")
-    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), "cpu", 2, ops, precision=precision).session() as s:
+    device = "cpu" if request.param == "fast" else ops_device(ops)  # fast: the CPU's BF16 convs
+    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), device, 2, ops, precision=precision).session() as s:
         yield s
 
 

@@ -10,6 +10,7 @@ import pytest
 
 import qtts
 from qtts._native import core
+from tests.fixtures.device import on_test_device, ops_device
 
 TEXT = "Hello world, this is a tiny test."
 
@@ -27,9 +28,10 @@ def test_exact_product_pads_and_slices(h: int, m: int, k: int, n: int) -> None:
 
 
 def test_precision_option(gguf_dir: Path) -> None:
-    """On the CPU, fast is the vocoder's conv stack in BF16 where the CPU has AMX tiles (the tiny
-    models' upsampling convs, voc_in and first transposed conv read 32 or more channels); auto is fast unless the file
-    is F32; the portable path and CPUs without tiles compute in F32 whatever the choice."""
+    """About the CPU (it stays there under QTTS_TEST_DEVICE). On the CPU, fast is the vocoder's
+    conv stack in BF16 where the CPU has AMX tiles (the tiny models' upsampling convs, voc_in and
+    the first transposed conv read 32 or more channels); auto is fast unless the file is F32; the
+    portable path and CPUs without tiles compute in F32 whatever the choice."""
     path = gguf_dir / "tiny_custom_voice-f32.gguf"
     fast = "fast" if core.ops.has_bf16_tiles() else "exact"
     for file_type, choice, want in [("f32", "auto", "exact"), ("f32", "exact", "exact"), ("f32", "fast", fast),
@@ -39,9 +41,9 @@ def test_precision_option(gguf_dir: Path) -> None:
         assert m.precision == want, (file_type, choice)
     assert qtts.Model(path, device="cpu", voice_cache=False, ops="portable", precision="fast").precision == "exact"
     with pytest.raises(ValueError, match="precision must be one of auto, exact, fast, got 'tf32'"):
-        qtts.load(path, precision="tf32")
+        qtts.load(path, precision="tf32", device="cpu")
     with pytest.raises(TypeError, match="precision must be a str"):
-        qtts.Model(path, precision=1)
+        qtts.Model(path, precision=1, device="cpu")
 
 
 @pytest.mark.parametrize("ops", ["native", "portable"])
@@ -55,7 +57,8 @@ def test_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: str, sett
     """The stock-op sampler draws the host RNG's numbers in the same order and picks by the same
     rule, so the codes are the host sampler's (the sums are float, not double: a draw within
     rounding of a boundary could differ, which these 435 draws per case do not hit)."""
-    m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops=ops, voice_cache=False)
+    m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops=ops, voice_cache=False,
+                   device=ops_device(ops))
     got = []
     for on_device in (False, True):
         with m.engine.session() as s:
@@ -66,7 +69,8 @@ def test_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: str, sett
 
 
 def test_top_p_stays_on_the_host(gguf_dir: Path) -> None:
-    m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops="portable", voice_cache=False)
+    m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops="portable", voice_cache=False,
+                   device=on_test_device())
     got = []
     for on_device in (False, True):
         with m.engine.session() as s:
@@ -109,7 +113,8 @@ def test_batched_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: s
     """The batch's code predictor as one frame graph over every lane, sampling inside it, gives
     the codes of its step-by-step pass with the host sampler: greedy, seeded sampling with one
     setting for all lanes, and a mix of settings (which keeps the host sampler)."""
-    m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops=ops, voice_cache=False)
+    m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops=ops, voice_cache=False,
+                   device=ops_device(ops))
     texts = [TEXT, "Short.", "A longer sentence, with a few more words than the others.", TEXT]
     greedy = dict(do_sample=False, subtalker_dosample=False)
     sampled = [dict(seed=11 + i, subtalker_top_k=5, subtalker_temperature=0.8) for i in range(4)]
@@ -131,7 +136,8 @@ def test_portable_graphs_have_only_stock_ops(gguf_dir: Path) -> None:
     the per-op profile over an in-context clone's encoders, generation and decode."""
     from tests.profiling import profiled
 
-    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1, ops="portable", voice_cache=False)
+    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1, ops="portable", voice_cache=False,
+                   device=on_test_device())
     rng = np.random.default_rng(0)
     clip = (0.1 * rng.standard_normal(24000)).astype(np.float32)
     with m.engine.session() as s:

@@ -18,6 +18,7 @@ from qtts.runtime.job import Job
 from qtts.runtime.prompt import Prompt, build_prompt, resolve_voice
 from qtts.runtime.scheduler import QueueFull, Scheduler, SchedulerClosed, default_limits
 from tests.chunks import assert_chunks_equal
+from tests.fixtures.device import on_test_device
 
 TEXTS = ["Hello world, this is a tiny test.", "Short.", "A longer sentence, with a few more words than the others."]
 REF_TEXT = "The quick brown fox jumps."
@@ -32,27 +33,30 @@ def _clip(n: int, seed: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def cv(gguf_dir: Path) -> qtts.Model:
-    return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2)
+    return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, device=on_test_device("auto"))
 
 
 @pytest.fixture(scope="module")
 def vd(gguf_dir: Path) -> qtts.Model:
-    return qtts.Model(gguf_dir / "tiny_voice_design-f32.gguf", n_threads=2)
+    return qtts.Model(gguf_dir / "tiny_voice_design-f32.gguf", n_threads=2, device=on_test_device("auto"))
 
 
 @pytest.fixture(scope="module")
 def base(gguf_dir: Path) -> qtts.Model:
-    return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False)
+    return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False,
+                      device=on_test_device("auto"))
 
 
 @pytest.fixture(scope="module")
 def base_portable(gguf_dir: Path) -> qtts.Model:
-    return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False, ops="portable")
+    return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False, ops="portable",
+                      device=on_test_device("auto"))
 
 
 @pytest.fixture(scope="module")
 def cv_portable(gguf_dir: Path) -> qtts.Model:
-    return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, ops="portable")
+    return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, ops="portable",
+                      device=on_test_device("auto"))
 
 
 @pytest.fixture(scope="module")
@@ -387,7 +391,7 @@ def test_errors_reach_the_consumer(cv: qtts.Model, monkeypatch: pytest.MonkeyPat
 
 
 def test_server_limits_follow_the_device(cv: qtts.Model) -> None:
-    assert cv.device == "CPU" and default_limits(cv) == (8, 32)
+    assert default_limits(cv) == ((8, 32) if cv.device == "CPU" else (64, 256))
 
     class OnGpu:
         device = "CUDA0"

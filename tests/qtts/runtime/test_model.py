@@ -165,3 +165,23 @@ def test_ggml_log_lines_reach_logging(gguf_dir: Path, caplog: pytest.LogCaptureF
     assert info.value.ggml_log, "the exception still carries ggml's lines"
     assert logged and all(any(line in msg for msg in logged) for line in info.value.ggml_log)
     m.close()
+
+
+def test_ggml_debug_lines_follow_the_logger_level(gguf_dir: Path, caplog: pytest.LogCaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """ggml's debug lines (here GGML_SCHED_DEBUG's split of each graph, which ggml prints in
+    pieces) reach logging only while the "qtts" logger is enabled for DEBUG, one record a line."""
+    monkeypatch.setenv("GGML_SCHED_DEBUG", "1")  # read by each scheduler as it is made
+
+    def split_lines(level: int) -> list[str]:
+        caplog.clear()
+        caplog.set_level(level, logger="qtts")
+        m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, device="cpu", voice_cache=False)
+        m.generate_codes("Hi.", speaker="ryan", max_new_tokens=2, do_sample=False, subtalker_dosample=False)
+        m.close()
+        return [r.getMessage() for r in caplog.records if r.name == "qtts" and "SPLIT" in r.getMessage()]
+
+    lines = split_lines(logging.DEBUG)
+    assert lines and all(line == "ggml: ## SPLIT #0: CPU # 0 inputs" for line in lines), lines[:3]
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if "SPLIT" in r.getMessage())
+    assert split_lines(logging.INFO) == []
