@@ -64,7 +64,7 @@ def run(args: argparse.Namespace, opts: ServeOptions, batch: BatchOptions, scale
             # the proxies of a local instance inherit this; a cluster's nodes are started with it (serving.md)
             os.environ.setdefault(ray_serve.PROXY_CALLBACK, ray_serve.PROXY_CALLBACK_PATH)
             ray.init(address=scale.address, num_cpus=None if scale.address else threads * scale.most_replicas,
-                     include_dashboard=False, log_to_driver=False,
+                     include_dashboard=False, log_to_driver=False, runtime_env=ray_serve.NORMAL_PRIORITY,
                      logging_level=logging.ERROR if args.quiet else logging.WARNING)
             started_ray = True  # a local instance stops at shutdown; a cluster is only left
             for sig in previous:  # Ray's core installs its own SIGTERM handler, which would kill the driver
