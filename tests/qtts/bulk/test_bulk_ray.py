@@ -41,6 +41,21 @@ def test_cli_ray_same_files(gguf_dir: Path, ray_address: str, tmp_path: Path) ->
     assert json.loads(run.stdout)["skipped"] == 7 and len(results(tmp_path / "out")) == 7
 
 
+def test_cli_ray_runs_the_load_options_given(gguf_dir: Path, ray_address: str, tmp_path: Path) -> None:
+    """`batch --ray --ops portable --precision exact` gives the files of a local model loaded
+    so (the actors once loaded at the defaults whatever the flags said)."""
+    cv = gguf_dir / "tiny_custom_voice-f32.gguf"
+    items = good(CV_ITEMS)[:3]
+    manifest = write_manifest(tmp_path / "items.jsonl", items)
+    local = qtts.Model(cv, n_threads=1, ops="portable", precision="exact")
+    run = batch_cli(manifest, "-m", cv, "--output-dir", tmp_path / "out", "--ray", "--address", ray_address,
+                    "--jobs", "1", "-t", "1", "--ops", "portable", "--precision", "exact", "-q", cache=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert files_of(tmp_path / "out") == expected_files(local, items, tmp_path, tmp_path / "expected")
+    native = expected_files(qtts.Model(cv, n_threads=1), items, tmp_path, tmp_path / "native")
+    assert native != files_of(tmp_path / "out"), "the paths agree to the bit here: the test shows nothing"
+
+
 def test_cli_ray_clones(gguf_dir: Path, ray_address: str, tmp_path: Path) -> None:
     base = gguf_dir / "tiny_base-f32.gguf"
     model = qtts.Model(base, n_threads=1, voice_cache=False)
