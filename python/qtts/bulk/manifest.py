@@ -51,6 +51,7 @@ class Item:
     x_vector_only_mode: bool = False
     seed: int | None = None
     frame_budget: int | str | None = "auto"
+    word_timestamps: bool = False
     sampling: dict[str, Any] = field(default_factory=dict)
 
     @property

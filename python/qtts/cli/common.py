@@ -28,9 +28,11 @@ def make_scheduler(model: Any, batching: options.BatchOptions) -> Any:
 
 def load_model(args: argparse.Namespace, **given: Any) -> Any:
     """qtts.load with the command's load options (`given` over its flags), where a repo id's
-    one-time conversion reports like `convert` does."""
+    one-time conversion (the model's, --aligner's) reports like `convert` does."""
     from ..runtime.model import open_model
 
+    if "aligner" not in given and getattr(args, "aligner", None) is not None:
+        given["aligner"] = model_path(args, args.aligner)
     return open_model(model_path(args), options.LoadOptions.from_args(args, **given))
 
 

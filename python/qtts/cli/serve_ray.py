@@ -50,7 +50,8 @@ def run(args: argparse.Namespace, opts: ServeOptions, batch: BatchOptions, scale
     check_gguf_path(Path(path))
     Engine.metadata(path)  # a bad file is one clear error here, not a replica failing over and over
     threads = split_threads(LoadOptions.from_args(args).n_threads, scale.most_replicas)
-    load = LoadOptions.from_args(args, n_threads=threads)
+    aligner = None if args.aligner is None else model_path(args, args.aligner)  # a repo id converted once, here
+    load = LoadOptions.from_args(args, n_threads=threads, aligner=aligner)
     model_id = opts.model_name or (Path(args.model).stem if Path(args.model).suffix == ".gguf" else str(args.model))
     app = ray_serve.serve_app(path, load=load, serve=opts, batch=batch, scale=scale, model_id=model_id)
     if scale.most_replicas > 1 and opts.voices is None and not args.quiet:

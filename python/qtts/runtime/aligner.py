@@ -20,8 +20,8 @@ import soundfile as sf
 
 from ..threads import resolve_threads
 from .aligner_engine import ARCHITECTURE, AlignerEngine, file_architecture
+from .engine import check_gguf_path
 from .mel import whisper_log_mel
-from .model import check_gguf_path
 from .options import LoadOptions
 from .refaudio import _check_range, _check_rate, _mixdown, _resample, _to_float32
 from .tokenizer import Tokenizer, TokenizerData
@@ -173,14 +173,6 @@ class Aligner:
         return out
 
 
-def tts_language(aligner: Aligner, language: str | None) -> str | None:
-    """The aligner's language for a synthesis language: the same name where the aligner has it,
-    else None ("auto", a dialect): the splitting every language but Japanese and Korean uses."""
-    if not isinstance(language, str) or language.lower() not in aligner.languages:
-        return None
-    return language.lower()
-
-
 def load_aligner(model: str | os.PathLike[str], *, convert_type: str = "q8_0", **kwargs: Any) -> Aligner:
     """An Aligner from a converted .gguf file or a Hugging Face repo id (Qwen/Qwen3-ForcedAligner-0.6B:
     downloaded and converted once to `convert_type`, as qtts.load does). Other keyword arguments
@@ -189,3 +181,16 @@ def load_aligner(model: str | os.PathLike[str], *, convert_type: str = "q8_0", *
 
     path = fetch(str(model), cache_dir(), convert_type) if is_repo_id(model) else model
     return Aligner(path, **kwargs)
+
+
+def open_aligner(opts: LoadOptions) -> tuple[Aligner | None, bool]:
+    """A model's load option `aligner` (word timestamps): (None, False) without one; a qtts.Aligner
+    as given, (aligner, False), the caller's to close; a path or repo id loaded with the model's
+    threads, device, ops and precision, (aligner, True), closed with the model."""
+    value = opts.aligner
+    if value is None:
+        return None, False
+    if not isinstance(value, (str, os.PathLike)):
+        return value, False
+    return load_aligner(value, n_threads=opts.n_threads, device=opts.device, ops=opts.ops,
+                        precision=opts.precision), True

@@ -22,6 +22,7 @@ from .context import ModelContext
 from .engine import Generated, SessionHandle
 from .pipeline import Vocoder
 from .request import Request
+from .timestamps import Span
 
 PAUSE_SECONDS = 0.25  # silence between split sentences
 _NATIVE_TIMES = ("prefill_ms", "talker_ms", "predictor_ms")
@@ -56,6 +57,9 @@ class Assembly:
         self._raw: dict[str, float] = {}  # the piece in progress, as its last step reported them
         self._waves: list[np.ndarray] = []
         self._codes: list[np.ndarray] = []
+        self.spans: list[Span] = []  # where each eager piece's audio lies, for its word timestamps
+        self._added = 0  # eager pieces added
+        self._words: list | None = None  # the eager result's, aligned once
 
     # -- pieces -----------------------------------------------------------------------------
     def step(self, raw: dict[str, float]) -> None:
@@ -102,10 +106,14 @@ class Assembly:
         return wav[int(len(self.ref) / max(len(self.ref) + frames, 1) * len(wav)):]
 
     def add_piece(self, wav: np.ndarray | None, codes: np.ndarray, last: bool) -> None:
-        """A whole piece's samples and codes, a pause after it unless it is the last."""
+        """A whole piece's samples and codes, a pause after it unless it is the last. Its span is
+        kept for word timestamps, unless it was cancelled (its audio cut short)."""
         self._codes.append(codes)
         self.frames += len(codes)
+        self._added += 1
         if wav is not None and len(codes):
+            if not (last and self.piece_reason == "cancelled"):
+                self.spans.append((self.req.pieces[self._added - 1], self.samples, len(wav)))
             self._waves += [wav] if last else [wav, self._pause]
             self.samples += len(wav) + (0 if last else len(self._pause))
 
@@ -114,12 +122,16 @@ class Assembly:
         samples = np.concatenate(self._waves) if self._waves else np.zeros(0, dtype=np.float32)
         if finish:
             self.finish()
-        return Audio(samples, self.sample_rate, self.codes(), self.stop_reason or "cancelled", self.timings)
+        if self.req.timestamps is not None and self._words is None:  # after the timings: not in total_ms
+            self._words = self.req.timestamps.spans(samples, self.sample_rate, self.spans, self.timings)
+        return Audio(samples, self.sample_rate, self.codes(), self.stop_reason or "cancelled", self.timings,
+                     self._words)
 
     # -- streamed ---------------------------------------------------------------------------
     def chunk(self, wav: np.ndarray, codes: np.ndarray, reason: str | None = None, *,
-              final: bool = False) -> AudioChunk:
-        """The next chunk; `final` finishes the timings (after counting this chunk)."""
+              final: bool = False, piece_text: str | None = None) -> AudioChunk:
+        """The next chunk; `final` finishes the timings (after counting this chunk); `piece_text`
+        marks the chunk that ends a piece (the piece's text; word timestamps align it)."""
         self.frames += len(codes)
         self.samples += len(wav)
         if len(codes):
@@ -128,7 +140,7 @@ class Assembly:
             self.timings.time_to_first_audio_ms = (time.perf_counter() - self.t_start) * 1e3
         if final:
             self.finish()
-        chunk = AudioChunk(wav, self.sample_rate, codes, self.index, reason)
+        chunk = AudioChunk(wav, self.sample_rate, codes, self.index, reason, piece_text)
         self.index += 1
         return chunk
 
@@ -152,13 +164,13 @@ class Assembly:
             voc.push(self.ref)
         voc.pace()
 
-    def stream_piece(self, voc: Vocoder, steps: Iterator[Generated],
-                     ends_request: Callable[[str], bool]) -> Iterator[AudioChunk]:
+    def stream_piece(self, voc: Vocoder, steps: Iterator[Generated], ends_request: Callable[[str], bool],
+                     text: Callable[[], str]) -> Iterator[AudioChunk]:
         """One piece's chunks from its native steps, vocoded through `voc`: the first at once
         (time to first audio), later ones once the next step is generated (pipelined) or before
         the generation waits for text. The piece's end is recorded (end_piece); the chunk that
         stops it carries its reason when ends_request(reason) says it is the request's last, and
-        finishes the timings."""
+        finishes the timings, and, unless cancelled, the piece's text(), as read when it ends."""
         pending: deque[tuple[Future[np.ndarray], np.ndarray, str | None]] = deque()
         for codes, reason, raw in steps:
             self.step(raw)
@@ -170,7 +182,9 @@ class Assembly:
             while pending and (self.index == 0 or reason is not None or waiting or len(pending) > voc.lag):
                 samples, chunk_codes, chunk_reason = pending.popleft()
                 last = chunk_reason is not None and ends_request(chunk_reason)
-                yield self.chunk(samples.result(), chunk_codes, chunk_reason if last else None, final=last)
+                ended = chunk_reason is not None and chunk_reason != "cancelled"
+                yield self.chunk(samples.result(), chunk_codes, chunk_reason if last else None, final=last,
+                                 piece_text=text() if ended else None)
 
     # -- timings ----------------------------------------------------------------------------
     def finish(self) -> None:

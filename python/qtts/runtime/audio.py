@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .words import Word
+
 
 @dataclass
 class Timings:
@@ -32,6 +34,7 @@ class Timings:
     audio_seconds: float = 0.0
     rtf: float = 0.0  # wall time / audio time
     peak_rss_mb: float = field(default_factory=lambda: peak_rss_mb())
+    align_ms: float = 0.0  # word timestamps: the forced aligner's time, after the rest (not in total_ms)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -53,6 +56,8 @@ class Timings:
             ("frames", f"{self.frames} ({self.audio_seconds:.2f} s of audio)"), ("RTF", f"{self.rtf:.2f}"),
             ("peak RSS", f"{self.peak_rss_mb:.0f} MB"),
         ]
+        if self.align_ms:
+            rows.append(("word timing", f"{self.align_ms:.0f} ms"))
         return "\n".join(f"{k:<15}{v}" for k, v in rows)
 
 
@@ -68,6 +73,7 @@ class Audio:
     codes: np.ndarray      # [frames, 16] int32 codec codes
     stop_reason: str       # "eos", "max_new_tokens", "budget" or "cancelled"
     timings: Timings
+    words: list[Word] | None = None  # word_timestamps=True: each word's span, seconds from the start
 
     @property
     def duration(self) -> float:
@@ -84,6 +90,10 @@ class AudioChunk:
     codes: np.ndarray      # [n, 16] codes this chunk decodes (empty for a pause between sentences)
     index: int
     stop_reason: str | None = None  # set on the last chunk of the stream
+    piece_text: str | None = None  # on the chunk that ends a text piece: the piece's text
+    # word_timestamps=True: on a chunk without audio after each piece's, the piece's words
+    # (seconds from the stream's start, pauses included)
+    words: list[Word] | None = None
 
 
 def save_audio(path: str | os.PathLike[str], samples: np.ndarray, sample_rate: int,

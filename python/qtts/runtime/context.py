@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .engine import Engine
+from .timestamps import Aligns
 from .tokenizer import Tokenizer
 from .voice import VoiceCache, model_fingerprint
 
@@ -44,9 +45,11 @@ class ModelContext:
     speakers: tuple[tuple[str, int, str], ...]  # (name, codec id, dialect or "")
     defaults: Mapping[str, Any]  # the generation defaults (generation_config.json)
     voice_cache: VoiceCache | None
+    aligner: Aligns | None = None  # the forced aligner of word timestamps (load option aligner)
 
     @classmethod
-    def build(cls, engine: Engine, tokenizer: Tokenizer, voice_cache: VoiceCache | None) -> ModelContext:
+    def build(cls, engine: Engine, tokenizer: Tokenizer, voice_cache: VoiceCache | None,
+              aligner: Aligns | None = None) -> ModelContext:
         hparams = engine.hparams
         return cls(engine=engine, tokenizer=tokenizer, variant=engine.variant, size=engine.size,
                    sample_rate=engine.sample_rate, frame_rate=engine.frame_rate,
@@ -55,7 +58,8 @@ class ModelContext:
                    text_ids=MappingProxyType(engine.text_ids), codec_ids=MappingProxyType(engine.codec_ids),
                    language_ids=MappingProxyType(engine.languages),
                    languages=tuple(supported_languages(engine.languages)), speakers=tuple(engine.speakers),
-                   defaults=MappingProxyType(engine.generation_defaults), voice_cache=voice_cache)
+                   defaults=MappingProxyType(engine.generation_defaults), voice_cache=voice_cache,
+                   aligner=aligner)
 
     @cached_property
     def fingerprint(self) -> str:

@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import weakref
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,15 @@ def read_tokenizer(path: str) -> tuple[list[str], list[int], list[str]]:
     seconds over a 151k vocabulary)."""
     tokens, types, merges = core.read_tokenizer(path)
     return list(tokens), list(types), list(merges)
+
+
+def check_gguf_path(path: Path) -> None:
+    """A model file's path before the native loader sees it (a TTS model's or an aligner's)."""
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory: convert a Hugging Face checkpoint first with "
+                         f"`qtts-cli convert {path} -o model.gguf`")
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such model file")
 
 
 def sample_tokens(logits: np.ndarray, do_sample: bool, temperature: float, top_k: int, top_p: float,

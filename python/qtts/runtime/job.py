@@ -17,13 +17,16 @@ from .context import ModelContext
 from .pacing import Pacer
 from .request import Request
 from .scheduler_text import StreamedText, TextInput
+from .timestamps import WordStream
 
 _END = object()  # the queue's end marker
 
 
 class Job(TextInput):
     """One submitted request: its chunks as they come (iterate, or `async for`), or all of it;
-    a submit_text job's text with write and end_text."""
+    a submit_text job's text with write and end_text. With word_timestamps, each piece's words
+    come after its audio, aligned in the reading thread (`async for`: in a thread of its own),
+    never in the Scheduler's worker (runtime/timestamps.py)."""
 
     def __init__(self, ctx: ModelContext, req: Request, eager: bool = False, text: StreamedText | None = None) -> None:
         self._req = req
@@ -48,6 +51,7 @@ class Job(TextInput):
         self._waiting = False  # it waits for text: its slot sits out, or it cannot be admitted yet
         self._waiting_since: float | None = None  # time.monotonic() when it began to
         self._wake: Callable[[], None] = lambda: None  # tells the worker something changed
+        self._words = None if req.timestamps is None else WordStream(req.timestamps, self.timings)
 
     @property
     def stop_reason(self) -> str | None:
@@ -75,6 +79,9 @@ class Job(TextInput):
         self._wake()
 
     def __iter__(self) -> Iterator[AudioChunk]:
+        return self._iter_chunks() if self._words is None else self._words.chunks(self._iter_chunks())
+
+    def _iter_chunks(self) -> Iterator[AudioChunk]:
         while True:
             with self._cond:
                 while not self._queue:
@@ -86,6 +93,21 @@ class Job(TextInput):
             yield item
 
     async def __aiter__(self) -> AsyncIterator[AudioChunk]:
+        chunks = self._aiter_chunks()
+        try:
+            async for chunk in chunks:
+                if self._words is None:
+                    yield chunk
+                    continue
+                out, ended = self._words.take(chunk)
+                yield out
+                if ended is not None:
+                    words = await asyncio.to_thread(self._words.words_of, *ended, chunk.sample_rate)
+                    yield self._words.words_chunk(chunk, words)
+        finally:
+            await chunks.aclose()
+
+    async def _aiter_chunks(self) -> AsyncIterator[AudioChunk]:
         loop = asyncio.get_running_loop()
         ready = asyncio.Event()
         with self._cond:
@@ -107,15 +129,22 @@ class Job(TextInput):
                 self._waiters.remove((loop, ready))
 
     def result(self, timeout: float | None = None) -> Audio:
-        """All of the request's audio once it ended (as Model.synthesize); TimeoutError if not
-        done within `timeout` seconds."""
+        """All of the request's audio once it ended (as Model.synthesize), with its words where
+        asked (aligned here, those the chunks' reader aligned already excepted); TimeoutError if
+        not done within `timeout` seconds."""
         if not self._done.wait(timeout):
             raise TimeoutError("the request has not finished")
         self._raise()
         if self._eager:
             return self._asm.audio(finish=False)
         samples = np.concatenate([c.samples for c in self._chunks]) if self._chunks else np.zeros(0, np.float32)
-        return Audio(samples, self._sample_rate, self._asm.codes(), self.stop_reason or "cancelled", self.timings)
+        words = None if self._words is None else self._words.all_words(self._chunks)
+        return Audio(samples, self._sample_rate, self._asm.codes(), self.stop_reason or "cancelled", self.timings,
+                     words)
+
+    def _piece_text(self) -> str:
+        """The text of the piece in progress (the worker's, at the piece's end)."""
+        return self._req.pieces[self._piece] if self._text is None else self._text.piece_text(self._piece)
 
     def _raise(self) -> None:
         if self._error is not None:

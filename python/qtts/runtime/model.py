@@ -14,10 +14,11 @@ import numpy as np
 
 from ..threads import resolve_threads
 from . import cloning, speech, speech_text
+from .aligner import Aligner, open_aligner
 from .audio import Audio, AudioChunk, Timings
 from .compat import QwenTTSCompat
 from .context import ModelContext
-from .engine import Engine, SessionHandle, read_tokenizer
+from .engine import Engine, SessionHandle, check_gguf_path, read_tokenizer
 from .generation import GenerationResult, per_frame_timings
 from .options import LoadOptions, RequestOptions, StreamOptions, batch_size
 from .pipeline import ThreadSplit, check_vocoder_threads
@@ -25,6 +26,7 @@ from .request import STREAMED_TEXT, build_request
 from .scheduler import Scheduler
 from .text import SplitSentences
 from .text_stream import TextFeed
+from .timestamps import WordStream
 from .tokenizer import Tokenizer, TokenizerData
 from .voice import Voice, VoiceCache
 
@@ -43,7 +45,8 @@ class Model(QwenTTSCompat):
 
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
                  voice_cache: str | os.PathLike[str] | bool = True, ops: str = "auto",
-                 vocoder_threads: int | None = None, huge_pages: bool = True, precision: str = "auto"):
+                 vocoder_threads: int | None = None, huge_pages: bool = True, precision: str = "auto",
+                 aligner: str | os.PathLike[str] | Aligner | None = None):
         """voice_cache: where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off).
         ops: how the vocoder, codec encoder and speaker encoder run, and the talker's and code
         predictor's attention: "native" (custom CPU ops), "portable" (stock ggml ops, on any
@@ -58,7 +61,10 @@ class Model(QwenTTSCompat):
         precision: "exact" (F32 throughout, what the parity tests hold to) or "fast": on a GPU
         the device's TF32/BF16 kernels where ggml picks them, on a CPU with AMX tiles the vocoder's
         convs in BF16 (about 3x faster; docs/kernels.md, "BF16 convs"). "auto" is fast, except
-        for an F32 file on the CPU. Process-wide on a GPU (docs/gpu.md, "Precision")."""
+        for an F32 file on the CPU. Process-wide on a GPU (docs/gpu.md, "Precision").
+        aligner: the forced aligner that word_timestamps=True times words with (docs/aligner.md): a
+        converted .gguf or a repo id, loaded with this model's threads, device, ops and precision
+        and closed with it, or a qtts.Aligner (which stays the caller's to close)."""
         self._open(path, LoadOptions.of(locals()))
 
     def _open(self, path: str | os.PathLike[str], opts: LoadOptions) -> None:
@@ -70,7 +76,13 @@ class Model(QwenTTSCompat):
         self.options = opts
         self.n_threads = resolve_threads(opts.n_threads)
         check_vocoder_threads(opts.vocoder_threads, self.n_threads)
-        self.engine = Engine(str(self.path), opts.device, self.n_threads, opts.ops, opts.huge_pages, opts.precision)
+        self.aligner, self._owns_aligner = open_aligner(opts)
+        try:
+            self.engine = Engine(str(self.path), opts.device, self.n_threads, opts.ops, opts.huge_pages,
+                                 opts.precision)
+        except BaseException:
+            self._close_aligner()
+            raise
         self._split = ThreadSplit(self.n_threads, opts.vocoder_threads, self.engine.device == "CPU")
         tokenizer = Tokenizer.from_data(TokenizerData(*read_tokenizer(str(self.path))))
         voice_cache = opts.voice_cache
@@ -78,7 +90,8 @@ class Model(QwenTTSCompat):
             from ..convert.registry import cache_dir
 
             voice_cache = cache_dir() / "voices"
-        self.context = ModelContext.build(self.engine, tokenizer, VoiceCache(voice_cache) if voice_cache else None)
+        self.context = ModelContext.build(self.engine, tokenizer, VoiceCache(voice_cache) if voice_cache else None,
+                                          self.aligner)
         self._feeds: set[TextFeed] = set()  # streamed texts being read, woken by cancel()
 
     def close(self) -> None:
@@ -86,8 +99,13 @@ class Model(QwenTTSCompat):
         stream in progress in another thread is waited for; a stream that no other thread can
         finish, or a Scheduler with requests in its slots, make close() raise RuntimeError
         instead (finish or close them first). Closing twice does nothing; afterwards every method
-        that computes raises RuntimeError."""
+        that computes raises RuntimeError. An aligner loaded with the model is closed too."""
         self.engine.close()
+        self._close_aligner()
+
+    def _close_aligner(self) -> None:
+        if self._owns_aligner and self.aligner is not None:
+            self.aligner.close()
 
     @property
     def closed(self) -> bool:
@@ -248,7 +266,8 @@ class Model(QwenTTSCompat):
                    ref_audio: cloning.AudioSource | np.ndarray | None = None, ref_text: str | None = None,
                    x_vector_only_mode: bool = False, seed: int | None = None, split_sentences: SplitSentences = "auto",
                    frame_budget: int | str | None = "auto", non_streaming_mode: bool | None = None,
-                   progress: speech.ProgressCallback | None = None, **sampling: Any) -> Audio:
+                   word_timestamps: bool = False, progress: speech.ProgressCallback | None = None,
+                   **sampling: Any) -> Audio:
         """Speech for `text`, all at once. `sampling` takes the generate_codes settings
         (do_sample, temperature, top_k, top_p, repetition_penalty, subtalker_*, max_new_tokens).
         Long text is synthesized sentence by sentence with the same voice, the pieces joined with a
@@ -260,6 +279,10 @@ class Model(QwenTTSCompat):
 
         Base models clone a voice: pass voice= (create_voice), or ref_audio= with ref_text= (ICL)
         or x_vector_only_mode=True, as generate_voice_clone takes them.
+
+        word_timestamps=True fills `words` with each word's span (qtts.Word, seconds), timed by the
+        model's forced aligner (load option aligner; docs/aligner.md) piece by piece after the audio
+        is made (its time is timings.align_ms).
 
         progress, a callable, receives a qtts.runtime.speech.Progress every few frames (the codes are the
         same with or without it)."""
@@ -296,25 +319,28 @@ class Model(QwenTTSCompat):
                ref_audio: cloning.AudioSource | np.ndarray | None = None, ref_text: str | None = None,
                x_vector_only_mode: bool = False, seed: int | None = None, split_sentences: SplitSentences = "auto",
                frame_budget: int | str | None = "auto", non_streaming_mode: bool | None = None,
-               first_chunk_frames: int = 1, max_chunk_frames: int = 8, timings: Timings | None = None,
-               **sampling: Any) -> Iterator[AudioChunk]:
+               word_timestamps: bool = False, first_chunk_frames: int = 1, max_chunk_frames: int = 8,
+               timings: Timings | None = None, **sampling: Any) -> Iterator[AudioChunk]:
         """AudioChunks as they are generated (the first after one frame). Closing the iterator
         stops the generation; the concatenated chunks equal synthesize()'s samples (long text is
         split as there, split_sentences="auto" by default). Pass a
-        Timings to have it filled in (time to first audio included) as the stream runs."""
+        Timings to have it filled in (time to first audio included) as the stream runs.
+        word_timestamps=True: after each text piece's last chunk comes a chunk without audio whose
+        `words` are the piece's (seconds from the stream's start), aligned once that audio is out;
+        the next piece waits for it (docs/aligner.md, "Word timestamps of synthesis")."""
         chunking = StreamOptions.of(locals())
         req = build_request(self.context, text, RequestOptions.of(locals()), sampling)
         t = timings if timings is not None else Timings()
-        return self._held_stream(lambda s: speech.stream(self.context, s, req, chunking, timings=t,
-                                                         vocoder_threads=self._split.next()), t)
+        return self._timed(self._held_stream(lambda s: speech.stream(self.context, s, req, chunking, timings=t,
+                                                                     vocoder_threads=self._split.next()), t), req, t)
 
     def stream_text(self, chunks: Iterable[str], *, speaker: str | None = None, language: str = "auto",
                     instruct: str | None = None, voice: Voice | None = None,
                     ref_audio: cloning.AudioSource | np.ndarray | None = None, ref_text: str | None = None,
                     x_vector_only_mode: bool = False, seed: int | None = None,
                     split_sentences: SplitSentences = "auto", frame_budget: int | str | None = "auto",
-                    non_streaming_mode: bool | None = False, first_chunk_frames: int = 1,
-                    max_chunk_frames: int = 8, timings: Timings | None = None,
+                    non_streaming_mode: bool | None = False, word_timestamps: bool = False,
+                    first_chunk_frames: int = 1, max_chunk_frames: int = 8, timings: Timings | None = None,
                     **sampling: Any) -> Iterator[AudioChunk]:
         """stream() for text that is still being written: `chunks` gives fragments of any size
         (single characters, an LLM's deltas), read in a background thread as they come. Speech
@@ -403,7 +429,13 @@ class Model(QwenTTSCompat):
             finally:
                 self._feeds.discard(feed)
 
-        return chunks()
+        return self._timed(chunks(), req, t)
+
+    @staticmethod
+    def _timed(chunks: Iterator[AudioChunk], req: Any, t: Timings) -> Iterator[AudioChunk]:
+        """A stream's chunks, with each piece's words after its audio where the request asked for
+        them (runtime/timestamps.py); aligned while the stream is suspended between chunks."""
+        return chunks if req.timestamps is None else WordStream(req.timestamps, t).chunks(chunks)
 
     def _held_stream(self, start: Callable[[SessionHandle], Iterator[AudioChunk]],
                      t: Timings) -> Iterator[AudioChunk]:
@@ -441,23 +473,17 @@ class Model(QwenTTSCompat):
         return f"qtts.Model({str(self.path)!r}, variant={self.variant!r}, size={self.size!r}, device={self.device!r})"
 
 
-def check_gguf_path(path: Path) -> None:
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory: convert a Hugging Face checkpoint first with "
-                         f"`qtts-cli convert {path} -o model.gguf`")
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such model file")
-
-
 def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device: str = "auto",
          convert_type: str = "q8_0", ops: str = "auto", vocoder_threads: int | None = None,
-         huge_pages: bool = True, precision: str = "auto", voice_cache: str | os.PathLike[str] | bool = True) -> Model:
+         huge_pages: bool = True, precision: str = "auto", voice_cache: str | os.PathLike[str] | bool = True,
+         aligner: str | os.PathLike[str] | Aligner | None = None) -> Model:
     """Load a qtts GGUF file, or a Hugging Face repo id such as "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice":
     downloaded into the Hugging Face cache (needs the `hub` extra; HF_HUB_OFFLINE is honoured),
     converted once to `convert_type` in the qtts cache ($QTTS_CACHE, default ~/.cache/qtts) and
     reused afterwards. n_threads defaults to the physical cores available; ops picks the audio
     networks' path, vocoder_threads the pipeline's split, huge_pages where the streamed weights
-    live, precision the arithmetic and voice_cache where cloned voices are kept (Model)."""
+    live, precision the arithmetic, voice_cache where cloned voices are kept and aligner the forced
+    aligner of word timestamps (Model)."""
     return open_model(model, LoadOptions.of(locals()), convert_type)  # checked before any download
 
 

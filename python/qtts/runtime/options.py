@@ -122,6 +122,16 @@ def _voice_cache(name: str, value: Any) -> Any:
     return value
 
 
+def _aligner(name: str, value: Any) -> Any:
+    """A forced aligner: a converted .gguf, its repo id, or a loaded qtts.Aligner (any object with
+    `align` and `languages`; this module imports no model)."""
+    if value is None or isinstance(value, (str, os.PathLike)):
+        return value
+    if not (callable(getattr(value, "align", None)) and hasattr(value, "languages")):
+        raise TypeError(f"{name} must be a path, a repo id or a qtts.Aligner, got {type(value).__name__}")
+    return value
+
+
 def _voice(name: str, value: Any) -> Any:
     from .voice import Voice
 
@@ -283,6 +293,10 @@ class LoadOptions(Options):
         commands=(SPEAK, SERVE, BATCH, WYOMING), negate=True)
     voice_cache: bool | str | os.PathLike[str] = option(
         True, "where encoded reference clips are kept (True: $QTTS_CACHE/voices, False: off)", check=_voice_cache)
+    aligner: Any = option(
+        None, "the forced aligner that times words (word timestamps, docs/aligner.md): a converted .gguf or a repo "
+              "id such as Qwen/Qwen3-ForcedAligner-0.6B, loaded with the model's threads and device",
+        check=_aligner, commands=(SPEAK, SERVE, BATCH), metavar="MODEL")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,6 +326,9 @@ class RequestOptions(Options):
                                             check=_frame_budget, manifest="value")
     non_streaming_mode: bool | None = option(None, "prefill the whole text (default: True except for base models)",
                                              check=boolean(optional=True))
+    word_timestamps: bool = option(False, "time each word with the model's forced aligner (load option aligner): "
+                                          "the result's words, a stream's words after each piece's audio",
+                                   check=boolean(), manifest="value", server=True)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,7 @@ from .generation import check_text
 from .options import RequestOptions
 from .prompt import Conditioning, resolve_voice
 from .text import text_pieces
+from .timestamps import WordTiming
 
 # build_request's text for Model.stream_text, whose text arrives later (None is a caller's mistake)
 STREAMED_TEXT = object()
@@ -26,6 +27,7 @@ class Request:
     config: GenerationConfig  # the request's; each piece runs config.for_piece(index, text)
     non_streaming_mode: bool
     clone_timings: CloneTimings | None = None  # set when the request encoded a reference clip
+    timestamps: WordTiming | None = None  # word_timestamps: how its words are timed (timestamps.py)
 
 
 def default_non_streaming_mode(variant: str) -> bool:
@@ -52,6 +54,10 @@ def build_request(ctx: ModelContext, text: str | object, opts: RequestOptions,
     check_setting_names(settings)
     if text is not STREAMED_TEXT:
         check_text(text)
+    streamed = text is STREAMED_TEXT
+    pieces = [] if streamed else text_pieces(str(text), opts.split_sentences)
+    # before any work: an aligner is there, and the text splits into words
+    timing = WordTiming.of(ctx.aligner, opts.language, pieces) if opts.word_timestamps else None
     voice, clone = opts.voice, None
     if opts.ref_audio is not None:
         if voice is not None:
@@ -61,9 +67,7 @@ def build_request(ctx: ModelContext, text: str | object, opts: RequestOptions,
         raise ValueError("ref_text and x_vector_only_mode go with ref_audio")
     cond = resolve_voice(ctx, language=opts.language, speaker=opts.speaker, instruct=opts.instruct, voice=voice)
     config = GenerationConfig.resolve(dict(ctx.defaults), settings, opts.seed, opts.frame_budget)
-    streamed = text is STREAMED_TEXT
-    pieces = [] if streamed else text_pieces(str(text), opts.split_sentences)
     non_streaming_mode = opts.non_streaming_mode
     if non_streaming_mode is None:
         non_streaming_mode = default_non_streaming_mode(ctx.variant)
-    return Request(pieces, cond, config, non_streaming_mode, clone)
+    return Request(pieces, cond, config, non_streaming_mode, clone, timing)

@@ -130,7 +130,7 @@ class Scheduler:
     def submit(self, text: str, *, speaker: str | None = None, language: str = "auto", instruct: str | None = None,
                voice: Any = None, ref_audio: Any = None, ref_text: str | None = None, x_vector_only_mode: bool = False,
                seed: int | None = None, split_sentences: Any = "auto", frame_budget: int | str | None = "auto",
-               non_streaming_mode: bool | None = None, **sampling: Any) -> Job:
+               non_streaming_mode: bool | None = None, word_timestamps: bool = False, **sampling: Any) -> Job:
         """Queue a request (Model.stream's arguments); validated here, in the caller's thread."""
         return self._submit(text, RequestOptions.of(locals()), sampling, eager=False)
 
@@ -439,7 +439,8 @@ class Scheduler:
             return
         if reason == "cancelled":  # nobody hears them (a client gone, a shutdown): not vocoded, so
             job._pending = []  # that a cancel frees the engine now, not after decoding a chunk per slot
-        self._emit(job, reason if last else None, final=last)
+        self._emit(job, reason if last else None, final=last,
+                   piece_text=None if reason == "cancelled" else job._piece_text())
         self._flush(wait=True)  # before the stream is closed, or reset for the next piece
         if not job.done:  # unless the decode failed it
             self._next_piece(job, last)
@@ -470,12 +471,12 @@ class Scheduler:
         # stop_reason stays the merged one); the empty chunk finishes the timings
         self.finish_timings(job, job._asm.piece_reason or "eos")
 
-    def _emit(self, job: Job, reason: str | None, final: bool = False) -> None:
-        """Queue the job's chunk of gathered codes; _flush decodes the queued chunks of every job
-        together and hands them out (docs/serving.md, "Batched vocoder")."""
+    def _emit(self, job: Job, reason: str | None, final: bool = False, piece_text: str | None = None) -> None:
+        """Queue the job's chunk of gathered codes (piece_text: it ends that piece); _flush decodes
+        the queued chunks of every job together and hands them out (docs/serving.md, "Batched vocoder")."""
         codes = np.concatenate(job._pending) if job._pending else self._ctx.empty_codes()
         job._pending = []
-        self._emits.append(Emit(job, codes, reason, final))
+        self._emits.append(Emit(job, codes, reason, final, piece_text))
 
     def _flush(self, wait: bool = False) -> None:
         """Decode the queued chunks in one batched call (each on its job's own codec stream, the

@@ -106,6 +106,10 @@ class StreamedText:
         self.fed, self.complete, self.config = len(ids), complete, config
         return new, complete, config
 
+    def piece_text(self, index: int) -> str:
+        """Piece `index`'s text as far as it came (the worker's, when the piece ends)."""
+        return self._text.piece_text(index)
+
     def is_last(self, index: int) -> bool | None:
         """Whether piece `index` is the last one: None while the text does not tell."""
         self._refresh()

@@ -25,6 +25,7 @@ class Emit:
     codes: np.ndarray
     reason: str | None
     final: bool
+    piece_text: str | None = None  # the chunk ends this piece (word timestamps)
 
 
 Failures = list[tuple[Job, BaseException]]
@@ -105,7 +106,7 @@ def _deliver(session: SessionOf, emits: list[Emit]) -> Failures:
     for e in emits:  # one job's failure here is its own (the worker's guard, docs/serving.md)
         wav = wav_of.get(id(e), np.zeros(0, dtype=np.float32))
         try:
-            e.job._put(e.job._asm.chunk(wav, e.codes, e.reason, final=e.final))
+            e.job._put(e.job._asm.chunk(wav, e.codes, e.reason, final=e.final, piece_text=e.piece_text))
         except Exception as err:
             failures.append((e.job, err))
     return failures

@@ -147,7 +147,9 @@ def stream(ctx: ModelContext, s: SessionHandle, req: Request, chunking: StreamOp
             asm.start_stream(voc)
             pacer.start_piece()
             steps = generate_piece(ctx, s, req, i, asm.timings, voc.paced(pacer.sizes()))
-            yield from pacer.handing(asm.stream_piece(voc, steps, lambda reason: asm.is_last(i, reason)))  # noqa: B023
+            piece = req.pieces[i]
+            yield from pacer.handing(asm.stream_piece(voc, steps, lambda reason: asm.is_last(i, reason),  # noqa: B023
+                                                      lambda: piece))  # noqa: B023
             if asm.finished:
                 return
             yield from pacer.handing([asm.pause_chunk()])

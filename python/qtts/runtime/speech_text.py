@@ -80,6 +80,11 @@ class _Text:
             return known.next_text, False
         return None
 
+    def piece_text(self, index: int) -> str:
+        """Piece `index`'s text as far as it is known ("" before it starts)."""
+        got = self.piece(index)
+        return "" if got is None else got[0]
+
     def is_last(self, index: int) -> bool | None:
         """Whether piece `index` is the last one: None while the text does not tell."""
         if self.ended:
@@ -190,7 +195,8 @@ def stream_text(ctx: ModelContext, s: SessionHandle, req: Request, feed: TextFee
             pacer.start_piece()
             steps = piece.steps(voc.paced(pacer.sizes()))
             try:
-                yield from pacer.handing(asm.stream_piece(voc, steps, lambda r: asm.is_last(i, r)))  # noqa: B023
+                yield from pacer.handing(asm.stream_piece(voc, steps, lambda r: asm.is_last(i, r),  # noqa: B023
+                                                          lambda: text.piece_text(i)))  # noqa: B023
             except _Cancelled:
                 asm.end_piece("cancelled")
                 break

@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..atomic import atomic_output
 from .words import Word
@@ -31,10 +32,19 @@ def to_vtt(words: Sequence[Word]) -> str:
     return "\n".join(["WEBVTT\n", *cues])
 
 
+def word_list(words: Sequence[Word]) -> list[dict[str, object]]:
+    """[{"word", "start", "end"}], seconds: the one shape of words in JSON (files, the server)."""
+    return [{"word": w.text, "start": w.start, "end": w.end} for w in words]
+
+
+def from_word_list(rows: Sequence[dict[str, Any]]) -> list[Word]:
+    """word_list's inverse (a Ray row's words column)."""
+    return [Word(str(r["word"]), float(r["start"]), float(r["end"])) for r in rows]
+
+
 def to_json(words: Sequence[Word]) -> str:
     """{"words": [{"word", "start", "end"}]}, seconds: the server's field names (docs/aligner.md)."""
-    return json.dumps({"words": [{"word": w.text, "start": w.start, "end": w.end} for w in words]},
-                      ensure_ascii=False, indent=2) + "\n"
+    return json.dumps({"words": word_list(words)}, ensure_ascii=False, indent=2) + "\n"
 
 
 def format_of(path: str | os.PathLike[str]) -> str:

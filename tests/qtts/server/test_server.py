@@ -187,6 +187,8 @@ BAD = [
     ({"model": MODEL, "input": "Hi.", "voice": "ryan", "ref_audio": "AAAA"}, "ref_audio", 400),
     ({"model": MODEL, "input": "Hi.", "voice": "ryan", "do_sample": "yes"}, "do_sample", 400),
     ({"model": MODEL, "input": "Hi.", "voice": "ryan", "temprature": 0.5}, "temprature", 400),
+    ({"model": MODEL, "input": "Hi.", "voice": "ryan", "word_timestamps": "yes"}, "word_timestamps", 400),
+    ({"model": MODEL, "input": "Hi.", "voice": "ryan", "word_timestamps": True}, "word_timestamps", 400),  # no aligner
 ]
 
 
