@@ -143,7 +143,10 @@ std::vector<float> AlignerSession::timestamp_logits(const std::vector<int32_t> &
     std::vector<float> embd = aligner_embed(m.decoder, r, ids);
     std::copy(audio.begin(), audio.end(), embd.begin() + (first - ids.begin()) * width);
     const int64_t n = static_cast<int64_t>(ids.size());
-    return aligner_logits(m.decoder, r, cache_, m.ops == OpsPath::native, embd, n, slots, kAlignerChunk);
+    std::vector<float> out =
+        aligner_logits(m.decoder, r, cache_, m.ops == OpsPath::native, embd, n, slots, kAlignerChunk);
+    if (n > kAlignerSteady) release_buffers();
+    return out;
 }
 
 std::map<std::string, size_t> AlignerSession::memory() const {

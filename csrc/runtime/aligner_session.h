@@ -20,6 +20,9 @@ namespace qtts {
 // Decoder positions per graph: the attention scores of a chunk are [n_past + chunk, chunk,
 // heads], linear in the prompt rather than quadratic (as the talker's prefill).
 inline constexpr int kAlignerChunk = 256;
+// A prompt longer than this (about 40 s of audio and its words) gives the KV cache and the compute
+// buffers back when its alignment ends; shorter ones keep them for the next call.
+inline constexpr int64_t kAlignerSteady = 1024;
 
 class AlignerSession {
 public:
