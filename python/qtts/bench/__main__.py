@@ -39,6 +39,10 @@ def measure(kind: str, args: list[str]) -> dict[str, Any]:
         from .align import synth_worker
 
         return synth_worker(args[0], int(args[1]), float(args[2]), int(args[3]))
+    if kind == "align_stream":
+        from .align import stream_worker
+
+        return stream_worker(args[0], args[1], int(args[2]), float(args[3]), int(args[4]), args[5])
     if kind == "memory":
         from .memory import memory_worker
 

@@ -164,9 +164,9 @@ def _add_align(bs: Any) -> None:
                                     "synthesis of the same audio (each in a fresh process)")
     p.add_argument("-m", "--model", help="benchmark this aligner GGUF instead of a random-weight build")
     p.add_argument("--type", default="q8_0", choices=TYPES, help="weight type of the aligner build (default q8_0)")
-    p.add_argument("--tts-model", help="synthesize with this GGUF instead of a random 0.6B-Base build")
+    p.add_argument("--tts-model", help="synthesize with this GGUF instead of a random 0.6B-CustomVoice build")
     p.add_argument("--tts-type", default="q4_k", choices=TYPES,
-                   help="weight type of the 0.6B-Base build (default q4_k)")
+                   help="weight type of the 0.6B-CustomVoice build (default q4_k)")
     p.add_argument("--seconds", nargs="+", type=_positive(float, "seconds"), default=[3.0, 10.0],
                    help="clip lengths, one fresh process each (default: 3 10)")
     p.add_argument("--repeat", type=_positive(int, "repeat"), default=3, help="alignments per clip, the best kept")
