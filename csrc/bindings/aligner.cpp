@@ -163,6 +163,9 @@ void bind_aligner(py::module_ & m) {
             py::arg("ids"), py::arg("audio"),
             "The timestamp logits [slots, classes] of a prompt of token ids whose audio_pad run takes the rows of "
             "audio [n, width].")
+        .def("set_profiling", &AlignerSession::set_profiling, py::arg("on"),
+             "Per-op time accounting (graphs then run node by node): profile() gives ms by \"phase/op\".")
+        .def("profile", &AlignerSession::profile)
         .def("memory", &AlignerSession::memory)
         .def("release_buffers", &AlignerSession::release_buffers);
 }

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..runtime.audio import Audio
     from ..runtime.model import Model
     from ..runtime.voice import Voice
+    from ..runtime.words import Word
 
 POLL_S = 0.005  # how often finished jobs are collected: far below a frame's time
 
@@ -38,11 +39,13 @@ class Finished:
     stop_reason: str | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    words: list[Word] | None = None  # the item asked for word timestamps
 
     def set_audio(self, audio: Audio) -> None:
         self.samples = np.asarray(audio.samples, dtype=np.float32)
         self.frames, self.stop_reason = int(audio.timings.frames), audio.stop_reason
         self.timings = asdict(audio.timings)
+        self.words = audio.words
 
 
 def describe(e: BaseException) -> str:

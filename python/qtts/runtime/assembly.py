@@ -23,6 +23,7 @@ from .engine import Generated, SessionHandle
 from .pipeline import Vocoder
 from .request import Request
 from .timestamps import Span
+from .words import Word
 
 PAUSE_SECONDS = 0.25  # silence between split sentences
 _NATIVE_TIMES = ("prefill_ms", "talker_ms", "predictor_ms")
@@ -59,7 +60,7 @@ class Assembly:
         self._codes: list[np.ndarray] = []
         self.spans: list[Span] = []  # where each eager piece's audio lies, for its word timestamps
         self._added = 0  # eager pieces added
-        self._words: list | None = None  # the eager result's, aligned once
+        self._words: list[Word] | None = None  # the eager result's, aligned once
 
     # -- pieces -----------------------------------------------------------------------------
     def step(self, raw: dict[str, float]) -> None:

@@ -22,7 +22,7 @@ from .engine import Engine, SessionHandle, check_gguf_path, read_tokenizer
 from .generation import GenerationResult, per_frame_timings
 from .options import LoadOptions, RequestOptions, StreamOptions, batch_size
 from .pipeline import ThreadSplit, check_vocoder_threads
-from .request import STREAMED_TEXT, build_request
+from .request import STREAMED_TEXT, Request, build_request
 from .scheduler import Scheduler
 from .text import SplitSentences
 from .text_stream import TextFeed
@@ -432,7 +432,7 @@ class Model(QwenTTSCompat):
         return self._timed(chunks(), req, t)
 
     @staticmethod
-    def _timed(chunks: Iterator[AudioChunk], req: Any, t: Timings) -> Iterator[AudioChunk]:
+    def _timed(chunks: Iterator[AudioChunk], req: Request, t: Timings) -> Iterator[AudioChunk]:
         """A stream's chunks, with each piece's words after its audio where the request asked for
         them (runtime/timestamps.py); aligned while the stream is suspended between chunks."""
         return chunks if req.timestamps is None else WordStream(req.timestamps, t).chunks(chunks)
