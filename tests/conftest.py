@@ -146,7 +146,7 @@ def clock_stands_still(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunk pacing's clock stopped (qtts/runtime/pacing.py): no audio is ever played out, so
     streams keep the plain doubling schedule however loaded the machine is. For the tests that
     compare where chunks end; tests/qtts/runtime/test_pacing.py checks the pacing itself."""
-    from qtts.runtime import pacing
+    from qtts.runtime.synthesis import pacing
 
     monkeypatch.setattr(pacing, "now", lambda: 0.0)
 
@@ -156,7 +156,7 @@ def lock_waiters(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     """`lock_waiters(n)` returns once n threads wait for an engine's lock
     (qtts/runtime/engine_lock.py): a test then checks that they still wait, instead of sleeping
     for a time a busy machine could outlast before the threads even get there."""
-    from qtts.runtime.engine_lock import EngineLock
+    from qtts.runtime.engine.engine_lock import EngineLock
 
     waiting: set[int] = set()
     changed = threading.Condition()

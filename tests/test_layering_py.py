@@ -18,7 +18,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 @dataclass(frozen=True)
 class Import:
-    source: str  # the importing module, dotted ("qtts.runtime.model")
+    source: str  # the importing module, dotted ("qtts.runtime.model.model")
     target: str  # the imported module inside qtts
     type_checking: bool  # under `if TYPE_CHECKING:` (never executed)
     line: int

@@ -24,7 +24,7 @@ import numpy as np
 
 from .bulk.manifest import FIELDS, Item, parse_item
 from .bulk.synth import Finished, Synth, describe
-from .runtime import options
+from .runtime.settings import options
 
 
 def plain(value: Any) -> Any:
@@ -43,7 +43,7 @@ class Synthesizer:
     out or null."""
 
     def __init__(self, model: str, max_batch: int = 8, **kwargs: Any) -> None:
-        from .runtime.model import open_model
+        from .runtime.model.model import open_model
 
         load_options = options.LoadOptions.take(kwargs)
         defaults = kwargs

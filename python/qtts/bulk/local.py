@@ -19,12 +19,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import QttsError
-from ..runtime.options import LoadOptions
+from ..runtime.settings.options import LoadOptions
 from .manifest import Item
 from .synth import Finished, Synth
 
 if TYPE_CHECKING:
-    from ..runtime.model import Model
+    from ..runtime.model.model import Model
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ModelSpec:
     options: LoadOptions = field(default_factory=LoadOptions)
 
     def load(self) -> Model:
-        from ..runtime.model import open_model
+        from ..runtime.model.model import open_model
 
         return open_model(self.model, self.options)
 

@@ -92,7 +92,7 @@ def prepare(items: list[Item], out_dir: Path, fmt: str, retry_failed: bool) -> P
 
 def write_result(fin: Finished, out_dir: Path, fmt: str) -> Result:
     """The item's audio file (atomically), then its Result (an error if the file cannot be written)."""
-    from ..runtime.audio import save_audio
+    from ..runtime.audio.audio import save_audio
 
     name = f"{fin.id}.{fmt}"
     res = Result(fin.id, None, 0.0, fin.frames, 0, fin.sample_rate, fin.stop_reason, fin.seed, fin.timings, fin.error)

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..runtime import options
-from ..runtime.options import BATCH, RequestOptions, add_arguments
+from ..runtime.settings import options
+from ..runtime.settings.options import BATCH, RequestOptions, add_arguments
 from .args import CliError, UsageError, checked
 from .common import add_load_arguments, check_input_file, model_path
 from .speak import _check_output_dir, _need_soundfile, add_sampling_arguments, sampling
@@ -73,7 +73,7 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 def _runner(args: argparse.Namespace) -> Any:
     from ..bulk.local import JobsRunner, LocalRunner, ModelSpec
-    from ..runtime.model import check_gguf_path
+    from ..runtime.model.model import check_gguf_path
 
     if args.ray:
         from ..bulk.rayrun import import_ray
@@ -82,7 +82,7 @@ def _runner(args: argparse.Namespace) -> Any:
     path = model_path(args)
     check_gguf_path(Path(path))
     if args.jobs > 1 or args.ray:  # a bad file is one clear error here, not one per worker
-        from ..runtime.engine import Engine
+        from ..runtime.engine.engine import Engine
 
         Engine.metadata(path)
     spec = ModelSpec(path, options.LoadOptions.from_args(args))
@@ -97,7 +97,7 @@ def _runner(args: argparse.Namespace) -> Any:
 
 def add_parser(sub: Any) -> None:
     from ..bulk.results import FORMATS
-    from ..runtime.config import check_int
+    from ..runtime.settings.config import check_int
 
     s = sub.add_parser("batch", help="synthesize a manifest of items into one audio file each (resumable)",
                        description="Synthesize every item of MANIFEST (JSONL: one object per line with id, text and "

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..bench.common import TYPES
 from ..bench.serve import BATCHES, parse_batches
-from ..runtime.options import BENCH
+from ..runtime.settings.options import BENCH
 from .args import checked
 from .args import vocoder_threads as vocoder_threads_arg
 from .common import add_load_arguments

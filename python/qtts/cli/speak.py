@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..runtime import config
-from ..runtime.options import SPEAK, RequestOptions, add_arguments
-from ..runtime.text import SPLIT_ABOVE_CHARS
+from ..runtime.settings import config
+from ..runtime.settings.options import SPEAK, RequestOptions, add_arguments
+from ..runtime.text.text import SPLIT_ABOVE_CHARS
 from .args import CliError, decode_text, frame_budget, utf8
 from .args import seed as seed_arg
 from .args import setting as setting_arg
@@ -26,8 +26,8 @@ from .progress import generation_bar
 from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
-    from ..runtime.cloning import CloneTimings
-    from ..runtime.voice import Voice
+    from ..runtime.audio.voice import Voice
+    from ..runtime.synthesis.cloning import CloneTimings
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
 # The settings --greedy turns off: the one flag of the two networks' do_sample.
@@ -136,8 +136,8 @@ def _stream_raw(model: Any, text: str | None, kw: dict[str, Any], args: argparse
     (samples or None, stop_reason, timings). text None: --text-stream, stdin as it arrives."""
     import numpy as np
 
-    from ..runtime.audio import Timings, pcm16
-    from ..runtime.speech import Progress
+    from ..runtime.audio.audio import Timings, pcm16
+    from ..runtime.synthesis.speech import Progress
 
     timings, out, frames, n, reason = Timings(), sys.stdout.buffer, 0, 0, "eos"
     t0 = time.perf_counter()
@@ -165,21 +165,21 @@ def _stream_raw(model: Any, text: str | None, kw: dict[str, Any], args: argparse
 
 def _write(samples: Any, sample_rate: int, dest: str) -> None:
     if dest == "-":
-        from ..runtime.audio import write_audio
+        from ..runtime.audio.audio import write_audio
 
         buf = io.BytesIO()
         write_audio(buf, samples, sample_rate, "WAV", "PCM_16")
         sys.stdout.buffer.write(buf.getvalue())
         sys.stdout.buffer.flush()
     else:
-        from ..runtime.audio import save_audio
+        from ..runtime.audio.audio import save_audio
 
         save_audio(dest, samples, sample_rate)
 
 
 def _check_timestamps(args: argparse.Namespace) -> None:
     """--timestamps: one words file for one audio output, checked before anything loads."""
-    from ..runtime.subtitles import format_of
+    from ..runtime.aligner.subtitles import format_of
 
     if args.output_dir is not None or args.raw or args.text_stream:
         raise CliError("--timestamps times the words of one output whose text is known up front: drop "
@@ -194,8 +194,8 @@ def _check_timestamps(args: argparse.Namespace) -> None:
 def _write_timestamps(args: argparse.Namespace, samples: Any, sample_rate: int, text: str) -> str:
     """The words of the synthesized audio, timed by the forced aligner (docs/aligner.md), written
     to --timestamps."""
-    from ..runtime.aligner import load_aligner, tts_language
-    from ..runtime.subtitles import write_words
+    from ..runtime.aligner.aligner import load_aligner, tts_language
+    from ..runtime.aligner.subtitles import write_words
     from .common import model_path
 
     with load_aligner(model_path(args, args.aligner), n_threads=args.n_threads, device=args.device) as aligner:
@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     check_clone_args(args)
     voice, clone = None, None
     if args.voice is not None:
-        from ..runtime.voice import Voice
+        from ..runtime.audio.voice import Voice
 
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime.config import model_defaults
+from ..runtime.settings.config import model_defaults
 from .names import KV
 
 VARIANTS = ("base", "custom_voice", "voice_design")

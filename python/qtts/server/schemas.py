@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
-from ..runtime import config
-from ..runtime.options import RequestOptions, defaults_of, specs_of
+from ..runtime.settings import config
+from ..runtime.settings.options import RequestOptions, defaults_of, specs_of
 
 # OpenAI's limit for input; also the bound of the other texts that become prompt tokens
 # (instructions, a description in voice, ref_text). Longer input is split into sentences anyway.

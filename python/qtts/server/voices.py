@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..runtime.voice import Voice
+from ..runtime.audio.voice import Voice
 from .errors import ApiError
 
 log = logging.getLogger("qtts.server")
