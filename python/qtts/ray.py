@@ -38,7 +38,7 @@ def plain(value: Any) -> Any:
 
 class Synthesizer:
     """map_batches callable: constructor kwargs model, max_batch, qtts.load's keyword arguments
-    (n_threads, device, ops, precision, huge_pages, ...: runtime/options.py, LoadOptions) and
+    (n_threads, device, ops, precision, huge_pages, ...: runtime/settings/options.py, LoadOptions) and
     defaults for any manifest field (speaker="ryan", max_new_tokens=600, ...) that a row leaves
     out or null."""
 

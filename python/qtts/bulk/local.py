@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ModelSpec:
     """How every worker loads the model: a path (or a repo id, through qtts.load's cache) and the
-    load options, carried whole (runtime/options.py)."""
+    load options, carried whole (runtime/settings/options.py)."""
     model: str
     options: LoadOptions = field(default_factory=LoadOptions)
 

@@ -41,7 +41,7 @@ def checked(kind: type, check: Callable[[Any], Any]) -> Callable[[str], Any]:
 
 
 def setting(name: str) -> Callable[[str], Any]:
-    """A generation setting's flag: parsed as its declared type (runtime/config.py), then checked."""
+    """A generation setting's flag: parsed as its declared type (runtime/settings/config.py), then checked."""
     from ..runtime.settings.config import SETTING_SPECS, check_value
 
     spec = SETTING_SPECS[name]

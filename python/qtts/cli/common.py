@@ -13,7 +13,7 @@ from .progress import tensor_log
 
 
 def add_load_arguments(p: argparse._ActionsContainer, command: str) -> None:
-    """The load options `command` takes as flags (runtime/options.py, LoadOptions)."""
+    """The load options `command` takes as flags (runtime/settings/options.py, LoadOptions)."""
     options.add_arguments(p, options.LoadOptions, command)
 
 

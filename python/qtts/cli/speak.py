@@ -36,7 +36,7 @@ GREEDY = ("do_sample", "subtalker_dosample")
 
 def sampling(args: argparse.Namespace) -> dict[str, Any]:
     """The generation settings given on the command line; the model's defaults fill the rest.
-    The flags are the settings declared with a flag (runtime/config.py), each flag's dest the
+    The flags are the settings declared with a flag (runtime/settings/config.py), each flag's dest the
     setting's name (--top-k -> top_k); --greedy turns off sampling in both networks (GREEDY)."""
     s = {k: getattr(args, k) for k, spec in config.SETTING_SPECS.items() if spec.cli and getattr(args, k) is not None}
     if args.greedy:
@@ -312,7 +312,7 @@ def _add_voice_arguments(s: argparse.ArgumentParser) -> None:
 
 def add_sampling_arguments(s: argparse.ArgumentParser, split: bool = True) -> None:
     """The sampling flags (shared with `batch`, whose items are never split differently: no
-    --no-split): one per setting declared with a flag, in declaration order (runtime/config.py)."""
+    --no-split): one per setting declared with a flag, in declaration order (runtime/settings/config.py)."""
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
     g.add_argument("-s", "--seed", type=seed_arg,
                    help="sampling seed in [0, 2**64) (default: random; speak --json reports it)")

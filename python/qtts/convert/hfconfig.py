@@ -15,7 +15,7 @@ from .names import KV
 
 VARIANTS = ("base", "custom_voice", "voice_design")
 # The released models' generation_config.json values, for a checkpoint without the file or some
-# of its keys: declared with the settings (runtime/config.py), their one home.
+# of its keys: declared with the settings (runtime/settings/config.py), their one home.
 GENERATION_DEFAULTS: dict[str, Any] = model_defaults()
 
 

@@ -1,9 +1,9 @@
 """Request bodies with OpenAI's field names, plus qwen-tts's through `extra_body`
 (docs/serving.md, "Server"). Types and ranges the API itself fixes are checked here; the
 generation settings are checked by GenerationConfig and the model, as for every other caller.
-The settings' fields are derived from their declarations (runtime/config.py): each setting
+The settings' fields are derived from their declarations (runtime/settings/config.py): each setting
 declared `server` is an optional field of its declared type; so are the request options declared
-`server` (runtime/options.py), which keep their qwen-tts names."""
+`server` (runtime/settings/options.py), which keep their qwen-tts names."""
 from __future__ import annotations
 
 import typing

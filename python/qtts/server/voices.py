@@ -1,4 +1,4 @@
-"""Saved voices: one voice file (runtime/voice.py's format) per id under the --voices folder,
+"""Saved voices: one voice file (runtime/audio/voice.py's format) per id under the --voices folder,
 written atomically, so they survive restarts; without a folder, voices live in memory only."""
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 `Aligner.align(audio, text, language)`.
 
 The front ends are the reference's (qwen-asr 0.0.6, Qwen3ForcedAligner.align): the audio as mono
-16 kHz float32 in [-1, 1], its Whisper log-mel; the words (runtime/words.py) in the prompt
+16 kHz float32 in [-1, 1], its Whisper log-mel; the words (runtime/aligner/words.py) in the prompt
 <|audio_start|> + one <|audio_pad|> per encoder row + <|audio_end|> + each word's tokens followed
 by two <timestamp> slots; the class the decoder picks at each slot times the class's span, then
-the monotonic repair. The networks run natively (runtime/aligner_engine.py).
+the monotonic repair. The networks run natively (runtime/aligner/aligner_engine.py).
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ class Aligner:
         """The words of `text` as spoken in `audio`, each with its start and end in seconds
         (Word). audio: a qtts.Audio, a (samples, sample_rate) tuple or a file path, at most
         MAX_SECONDS long. text: what is said; words are split as the reference splits them
-        (runtime/words.py), or given as a list of words (Japanese and Korean need that).
+        (runtime/aligner/words.py), or given as a list of words (Japanese and Korean need that).
         language: one of `languages` or None; it decides only the splitting."""
         self.engine.require_open()
         self._check_language(language)

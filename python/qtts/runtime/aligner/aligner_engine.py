@@ -1,6 +1,6 @@
 """The forced aligner's engine: the one holder of its native handles (qtts._core.AlignerModel and
 AlignerSession, docs/aligner.md) and of the lock that runs one alignment at a time on them, as
-runtime/engine.py is for a text-to-speech model (docs/architecture.md, "Layers")."""
+runtime/engine/engine.py is for a text-to-speech model (docs/architecture.md, "Layers")."""
 from __future__ import annotations
 
 import threading

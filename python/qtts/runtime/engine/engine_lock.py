@@ -1,4 +1,4 @@
-"""The engine's lock (runtime/engine.py): one operation at a time per engine, a stream holding
+"""The engine's lock (runtime/engine/engine.py): one operation at a time per engine, a stream holding
 it between chunks (docs/architecture.md, "Layers", rule 2)."""
 from __future__ import annotations
 

@@ -462,7 +462,7 @@ def load(model: str | os.PathLike[str], *, n_threads: int | None = None, device:
 
 
 def open_model(model: str | os.PathLike[str], opts: LoadOptions, convert_type: str = "q8_0") -> Model:
-    """load() with its options packed (runtime/options.py): what the command line, the bulk
+    """load() with its options packed (runtime/settings/options.py): what the command line, the bulk
     runners and Ray's actors call, carrying the options whole."""
     from ...convert.registry import cache_dir, fetch, is_repo_id
 

@@ -1,4 +1,4 @@
-"""A request submitted to the Scheduler (runtime/scheduler.py): its chunks as the worker hands
+"""A request submitted to the Scheduler (runtime/scheduling/scheduler.py): its chunks as the worker hands
 them over, to iterate, to await or to wait for whole, and the worker's state of it."""
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ checked when its group is built, a TypeError or ValueError naming it), the flags
 (`add_arguments`, `from_args`), the bulk runners' and Ray's pass-through (they carry the group
 whole), the manifest fields and the server's request fields (`manifest`, `server`). The public
 methods keep their explicit keyword arguments, the API users know, and pack them once
-(`RequestOptions.of(locals())`); tests/qtts/runtime/test_options.py holds their signatures to the
-declarations. The generation settings have their own declarations (runtime/config.py).
+(`RequestOptions.of(locals())`); tests/qtts/runtime/settings/test_options.py holds their signatures to the
+declarations. The generation settings have their own declarations (runtime/settings/config.py).
 """
 from __future__ import annotations
 
@@ -317,7 +317,7 @@ class RequestOptions(Options):
 @dataclass(frozen=True, kw_only=True)
 class StreamOptions(Options):
     """How a stream cuts its chunks: the first after first_chunk_frames frames, later ones
-    doubling up to max_chunk_frames, cut short where the listener would run dry (runtime/pacing.py)."""
+    doubling up to max_chunk_frames, cut short where the listener would run dry (runtime/synthesis/pacing.py)."""
     first_chunk_frames: int = option(1, "frames of a stream's first chunk", check=integer(1, MAX_CHUNK_FRAMES))
     max_chunk_frames: int = option(8, "the most frames a stream's later chunks take",
                                    check=integer(1, MAX_CHUNK_FRAMES))

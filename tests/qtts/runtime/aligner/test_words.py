@@ -1,5 +1,5 @@
-"""The aligner's word splitting and timestamp repair (runtime/words.py) against qwen-asr's
-Qwen3ForceAlignProcessor, and the subtitle files (runtime/subtitles.py)."""
+"""The aligner's word splitting and timestamp repair (runtime/aligner/words.py) against qwen-asr's
+Qwen3ForceAlignProcessor, and the subtitle files (runtime/aligner/subtitles.py)."""
 from __future__ import annotations
 
 import json

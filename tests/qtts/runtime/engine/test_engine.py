@@ -1,5 +1,5 @@
 """The engine layer: its lock (once per operation, other threads wait, a nested call raises; a
-stream's lock across threads: tests/qtts/runtime/test_stream_threads.py),
+stream's lock across threads: tests/qtts/runtime/engine/test_stream_threads.py),
 session handles that end with their block, and the one conversion of settings to the binding."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Scheduler's pipelined vocoder (runtime/scheduler_vocoder.py): a step's chunks decoded on
+"""The Scheduler's pipelined vocoder (runtime/scheduling/scheduler_vocoder.py): a step's chunks decoded on
 the Scheduler's own session while the next step runs. What runs by default off the CPU, forced
 here on the CPU: every job's chunks are still exactly Model.stream's, in order, through piece
 ends, in-context voices, cancels, streamed text and failures."""

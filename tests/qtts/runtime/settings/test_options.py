@@ -1,4 +1,4 @@
-"""The option declarations (runtime/options.py): every consumer derives from them. The public
+"""The option declarations (runtime/settings/options.py): every consumer derives from them. The public
 methods keep explicit keyword arguments, held here to the declared names and defaults; each
 command takes the flags its options name; the bulk runners and Ray carry the load options whole;
 and a new option reaches the command line, the bulk runners, Ray's actors and the loaded model

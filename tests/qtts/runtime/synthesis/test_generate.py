@@ -304,7 +304,7 @@ def test_frame_budget(models):
     assert full.stop_reason == "max_new_tokens" and full.codes.shape == (49, 16)
     np.testing.assert_array_equal(r.codes, full.codes[:7])
     auto = m.generate_codes(TEXT, **request, max_new_tokens=400, **GREEDY)
-    # "auto": the text's own budget (tests/qtts/runtime/test_settings.py checks what it allows)
+    # "auto": the text's own budget (tests/qtts/runtime/settings/test_settings.py checks what it allows)
     assert auto.stop_reason == "budget" and auto.codes.shape[0] == frame_budget_of(TEXT, "auto")
     for bad in (0, -3, "big", 2**31):
         with pytest.raises(ValueError, match="frame_budget"):

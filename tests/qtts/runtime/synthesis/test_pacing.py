@@ -1,4 +1,4 @@
-"""Chunk pacing (runtime/pacing.py): the doubling schedule as the most a chunk takes, cut short
+"""Chunk pacing (runtime/synthesis/pacing.py): the doubling schedule as the most a chunk takes, cut short
 where the listener would run out of audio. On a simulated clock throughout, so that no outcome
 depends on the machine's speed or load: alone, then on the tiny model whose generation takes
 50 ms of that clock a frame (faster than the 80 ms a frame plays for, slower than the 40 ms the
