@@ -263,7 +263,7 @@ def _exercise(path: str) -> str:
     import numpy as np
 
     import qtts
-    from qtts.runtime.aligner_engine import ARCHITECTURE, file_architecture
+    from qtts.runtime.aligner.aligner_engine import ARCHITECTURE, file_architecture
 
     if file_architecture(path) == ARCHITECTURE:
         return _exercise_aligner(path)

@@ -25,8 +25,8 @@ import numpy as np
 
 from .bulk.manifest import FIELDS, Item, parse_item
 from .bulk.synth import Finished, Synth, describe
-from .runtime import options
-from .runtime.subtitles import word_list
+from .runtime.aligner.subtitles import word_list
+from .runtime.settings import options
 
 
 def plain(value: Any) -> Any:
@@ -40,12 +40,12 @@ def plain(value: Any) -> Any:
 
 class Synthesizer:
     """map_batches callable: constructor kwargs model, max_batch, qtts.load's keyword arguments
-    (n_threads, device, ops, precision, huge_pages, ...: runtime/options.py, LoadOptions) and
+    (n_threads, device, ops, precision, huge_pages, ...: runtime/settings/options.py, LoadOptions) and
     defaults for any manifest field (speaker="ryan", max_new_tokens=600, ...) that a row leaves
     out or null."""
 
     def __init__(self, model: str, max_batch: int = 8, **kwargs: Any) -> None:
-        from .runtime.model import open_model
+        from .runtime.model.model import open_model
 
         load_options = options.LoadOptions.take(kwargs)
         defaults = kwargs

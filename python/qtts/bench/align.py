@@ -53,7 +53,7 @@ def align_worker(gguf: str, threads: int, seconds: float, repeat: int, ops: str)
 
     import qtts
 
-    from ..runtime.audio import peak_rss_mb
+    from ..runtime.audio.audio import peak_rss_mb
 
     t0 = time.perf_counter()
     aligner = qtts.load_aligner(gguf, n_threads=threads, device="cpu", ops=ops)
@@ -105,7 +105,7 @@ def stream_worker(tts: str, aligner: str, threads: int, seconds: float, repeat: 
     shortest delay is kept, and the ratio is of that run's two times."""
     import qtts
 
-    from ..runtime.audio import peak_rss_mb
+    from ..runtime.audio.audio import peak_rss_mb
 
     m = qtts.load(tts, n_threads=threads, device="cpu", voice_cache=False, ops=ops, aligner=aligner)
     kw = {**_voice(m), **settings(round(seconds * FRAMES_PER_SECOND), 0)}

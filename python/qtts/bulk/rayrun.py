@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import QttsError
-from ..runtime.subtitles import from_word_list
+from ..runtime.aligner.subtitles import from_word_list
 from .local import ModelSpec, split_threads
 from .manifest import Item
 from .synth import Finished

@@ -20,7 +20,7 @@ from .manifest import Item
 
 RESULTS = "results.jsonl"
 FORMATS = ("wav", "flac")
-WORDS_FORMATS = ("json", "srt", "vtt")  # an item's words file (runtime/subtitles.py)
+WORDS_FORMATS = ("json", "srt", "vtt")  # an item's words file (runtime/aligner/subtitles.py)
 
 
 @dataclass

@@ -93,8 +93,8 @@ def prepare(items: list[Item], out_dir: Path, fmt: str, retry_failed: bool, word
 def write_result(fin: Finished, out_dir: Path, fmt: str, words_fmt: str = "json") -> Result:
     """The item's words file where it has words (in `words_fmt`), then its audio file, each
     atomically, then its Result (an error if a file cannot be written)."""
-    from ..runtime.audio import save_audio
-    from ..runtime.subtitles import write_words
+    from ..runtime.aligner.subtitles import write_words
+    from ..runtime.audio.audio import save_audio
 
     name = f"{fin.id}.{fmt}"
     res = Result(fin.id, None, 0.0, fin.frames, 0, fin.sample_rate, fin.stop_reason, fin.seed, fin.timings, fin.error)

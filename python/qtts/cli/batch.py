@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..runtime import options
-from ..runtime.options import BATCH, RequestOptions, add_arguments
+from ..runtime.settings import options
+from ..runtime.settings.options import BATCH, RequestOptions, add_arguments
 from .args import CliError, UsageError, checked
 from .common import add_load_arguments, check_input_file, model_path
 from .speak import _check_output_dir, _need_soundfile, add_sampling_arguments, sampling
@@ -82,7 +82,7 @@ def _runner(args: argparse.Namespace, words: bool = False) -> Any:
     """The run's runner; `words`: some item asks for word timestamps, so the model loads with
     --aligner (default: the released one), a repo id converted once, here."""
     from ..bulk.local import JobsRunner, LocalRunner, ModelSpec
-    from ..runtime.model import check_gguf_path
+    from ..runtime.model.model import check_gguf_path
     from .align import DEFAULT_ALIGNER
 
     if args.ray:
@@ -92,7 +92,7 @@ def _runner(args: argparse.Namespace, words: bool = False) -> Any:
     path = model_path(args)
     check_gguf_path(Path(path))
     if args.jobs > 1 or args.ray:  # a bad file is one clear error here, not one per worker
-        from ..runtime.engine import Engine
+        from ..runtime.engine.engine import Engine
 
         Engine.metadata(path)
     aligner = model_path(args, args.aligner or DEFAULT_ALIGNER) if words else None
@@ -108,7 +108,7 @@ def _runner(args: argparse.Namespace, words: bool = False) -> Any:
 
 def add_parser(sub: Any) -> None:
     from ..bulk.results import FORMATS, WORDS_FORMATS
-    from ..runtime.config import check_int
+    from ..runtime.settings.config import check_int
 
     s = sub.add_parser("batch", help="synthesize a manifest of items into one audio file each (resumable)",
                        description="Synthesize every item of MANIFEST (JSONL: one object per line with id, text and "

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..bench.common import TYPES
 from ..bench.serve import BATCHES, parse_batches
-from ..runtime.options import BENCH
+from ..runtime.settings.options import BENCH
 from .args import checked
 from .args import vocoder_threads as vocoder_threads_arg
 from .common import add_load_arguments
@@ -158,7 +158,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _add_align(bs: Any) -> None:
-    from ..runtime.options import OPS
+    from ..runtime.settings.options import OPS
 
     p = bs.add_parser("align", help="word timestamps: the forced aligner's time and memory per clip, against the "
                                     "synthesis of the same audio (each in a fresh process)")

@@ -15,7 +15,7 @@ from types import FrameType
 from typing import Any
 
 from ..errors import QttsError
-from ..runtime.options import BatchOptions, LoadOptions, RayServeOptions, ServeOptions
+from ..runtime.settings.options import BatchOptions, LoadOptions, RayServeOptions, ServeOptions
 from .args import UsageError
 from .common import model_path
 
@@ -41,8 +41,8 @@ def run(args: argparse.Namespace, opts: ServeOptions, batch: BatchOptions, scale
     except ImportError as e:
         raise ImportError(f"qtts-cli serve --ray needs Ray Serve ({e}): pip install 'qtts[serve]'") from None
     from ..bulk.local import split_threads
-    from ..runtime.engine import Engine
-    from ..runtime.model import check_gguf_path
+    from ..runtime.engine.engine import Engine
+    from ..runtime.model.model import check_gguf_path
 
     if opts.port == 0:
         raise UsageError("--ray needs a --port other than 0: Serve's proxies bind the port given, on every node")

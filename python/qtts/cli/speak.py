@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..runtime import config
-from ..runtime.options import SPEAK, RequestOptions, add_arguments
-from ..runtime.text import SPLIT_ABOVE_CHARS
+from ..runtime.settings import config
+from ..runtime.settings.options import SPEAK, RequestOptions, add_arguments
+from ..runtime.text.text import SPLIT_ABOVE_CHARS
 from .args import CliError, decode_text, frame_budget, utf8
 from .args import seed as seed_arg
 from .args import setting as setting_arg
@@ -26,8 +26,8 @@ from .progress import generation_bar
 from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
-    from ..runtime.cloning import CloneTimings
-    from ..runtime.voice import Voice
+    from ..runtime.audio.voice import Voice
+    from ..runtime.synthesis.cloning import CloneTimings
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
 # The settings --greedy turns off: the one flag of the two networks' do_sample.
@@ -36,7 +36,7 @@ GREEDY = ("do_sample", "subtalker_dosample")
 
 def sampling(args: argparse.Namespace) -> dict[str, Any]:
     """The generation settings given on the command line; the model's defaults fill the rest.
-    The flags are the settings declared with a flag (runtime/config.py), each flag's dest the
+    The flags are the settings declared with a flag (runtime/settings/config.py), each flag's dest the
     setting's name (--top-k -> top_k); --greedy turns off sampling in both networks (GREEDY)."""
     s = {k: getattr(args, k) for k, spec in config.SETTING_SPECS.items() if spec.cli and getattr(args, k) is not None}
     if args.greedy:
@@ -136,8 +136,8 @@ def _stream_raw(model: Any, text: str | None, kw: dict[str, Any], args: argparse
     (samples or None, stop_reason, timings, words). text None: --text-stream, stdin as it arrives."""
     import numpy as np
 
-    from ..runtime.audio import Timings, pcm16
-    from ..runtime.speech import Progress
+    from ..runtime.audio.audio import Timings, pcm16
+    from ..runtime.synthesis.speech import Progress
 
     timings, out, frames, n, reason, words = Timings(), sys.stdout.buffer, 0, 0, "eos", []
     t0 = time.perf_counter()
@@ -166,14 +166,14 @@ def _stream_raw(model: Any, text: str | None, kw: dict[str, Any], args: argparse
 
 def _write(samples: Any, sample_rate: int, dest: str) -> None:
     if dest == "-":
-        from ..runtime.audio import write_audio
+        from ..runtime.audio.audio import write_audio
 
         buf = io.BytesIO()
         write_audio(buf, samples, sample_rate, "WAV", "PCM_16")
         sys.stdout.buffer.write(buf.getvalue())
         sys.stdout.buffer.flush()
     else:
-        from ..runtime.audio import save_audio
+        from ..runtime.audio.audio import save_audio
 
         save_audio(dest, samples, sample_rate)
 
@@ -181,7 +181,7 @@ def _write(samples: Any, sample_rate: int, dest: str) -> None:
 def _check_timestamps(args: argparse.Namespace) -> None:
     """--timestamps: one words file for one output, checked before anything loads; --aligner
     goes with it."""
-    from ..runtime.subtitles import format_of
+    from ..runtime.aligner.subtitles import format_of
 
     if not args.timestamps:
         if args.aligner is not None:
@@ -206,7 +206,7 @@ def _aligner(args: argparse.Namespace) -> str | None:
 
 def _write_timestamps(args: argparse.Namespace, words: list[Any]) -> str:
     """The words the model's aligner timed (docs/aligner.md), written to --timestamps."""
-    from ..runtime.subtitles import write_words
+    from ..runtime.aligner.subtitles import write_words
 
     write_words(args.timestamps, words)
     if _progress(args):
@@ -256,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
     check_clone_args(args)
     voice, clone = None, None
     if args.voice is not None:
-        from ..runtime.voice import Voice
+        from ..runtime.audio.voice import Voice
 
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
@@ -320,7 +320,7 @@ def _add_voice_arguments(s: argparse.ArgumentParser) -> None:
 
 def add_sampling_arguments(s: argparse.ArgumentParser, split: bool = True) -> None:
     """The sampling flags (shared with `batch`, whose items are never split differently: no
-    --no-split): one per setting declared with a flag, in declaration order (runtime/config.py)."""
+    --no-split): one per setting declared with a flag, in declaration order (runtime/settings/config.py)."""
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
     g.add_argument("-s", "--seed", type=seed_arg,
                    help="sampling seed in [0, 2**64) (default: random; speak --json reports it)")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUFWriter
 
-from ..runtime.tokenizer import tokenizer_metadata
+from ..runtime.text.tokenizer import tokenizer_metadata
 from ..threads import resolve_threads
 from . import hfconfig
 from .gguf_write import OutTensor, write_gguf

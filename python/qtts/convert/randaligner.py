@@ -120,7 +120,7 @@ def _write_tokenizer(out: Path) -> None:
     released ids."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
-    from ..runtime.tokenizer import QWEN2_REGEX
+    from ..runtime.text.tokenizer import QWEN2_REGEX
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([

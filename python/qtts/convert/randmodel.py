@@ -243,7 +243,7 @@ def _write_tokenizer(out: Path, config: dict[str, Any]) -> None:
     ids, so that prompts have the released layout: [151644, 77091, 198, ...]."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
-    from ..runtime.tokenizer import QWEN2_REGEX
+    from ..runtime.text.tokenizer import QWEN2_REGEX
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([

@@ -17,8 +17,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..runtime.options import BatchOptions, LoadOptions, Options, RayServeOptions, ServeOptions, specs_of
-from ..runtime.scheduler import DEVICE_MAX_BATCH, QUEUE_PER_SLOT, Scheduler, default_limits
+from ..runtime.scheduling.scheduler import DEVICE_MAX_BATCH, QUEUE_PER_SLOT, Scheduler, default_limits
+from ..runtime.settings.options import BatchOptions, LoadOptions, Options, RayServeOptions, ServeOptions, specs_of
 from .app import create_app
 from .errors import error_body
 from .shared_voices import SharedVoiceStore
@@ -51,7 +51,7 @@ class Replica:
     def __init__(self, model: str, load: LoadOptions, serve: ServeOptions, batch: BatchOptions, model_id: str) -> None:
         from ray import serve as ray_serve
 
-        from ..runtime.model import open_model
+        from ..runtime.model.model import open_model
 
         self.replica_id = ray_serve.get_replica_context().replica_id.unique_id
         self.model = open_model(model, load)

@@ -23,9 +23,9 @@ from starlette.types import Receive, Scope, Send
 
 from ..aliases import VoiceAliases
 from ..errors import QttsError
-from ..runtime.audio import AudioChunk, pcm16
-from ..runtime.scheduler import Job, QueueFull, Scheduler, SchedulerClosed
-from ..runtime.words import Word
+from ..runtime.audio.audio import AudioChunk, pcm16
+from ..runtime.scheduling.scheduler import Job, QueueFull, Scheduler, SchedulerClosed
+from ..runtime.text.words import Word
 from .aliases import resolve_voice
 from .drain import Drain
 from .errors import ApiError, bad_argument, clone_error, error_body

@@ -24,8 +24,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..runtime.audio import pcm16
-from ..runtime.scheduler import Job
+from ..runtime.audio.audio import pcm16
+from ..runtime.scheduling.scheduler import Job
 from .errors import ApiError, error_body
 from .formats import STREAMED, wav_header
 from .schemas import MAX_INPUT_CHARS, SpeechRequest, check_input_part

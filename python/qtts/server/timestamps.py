@@ -8,8 +8,8 @@ import base64
 from collections.abc import Sequence
 from typing import Any
 
-from ..runtime.subtitles import word_list
-from ..runtime.words import Word
+from ..runtime.aligner.subtitles import word_list
+from ..runtime.text.words import Word
 from .errors import ApiError
 from .schemas import SpeechRequest
 

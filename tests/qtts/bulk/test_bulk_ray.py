@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts.runtime.subtitles import to_json
+from qtts.runtime.aligner.subtitles import to_json
 from tests.fixtures.bulk import CV_ITEMS, base_items, batch_cli, expected_files, files_of, good, results, write_manifest
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import qtts
-from qtts.runtime.subtitles import to_json, to_srt
+from qtts.runtime.aligner.subtitles import to_json, to_srt
 from tests.fixtures.bulk import FRAMES, batch_cli, files_of, results, write_manifest
 
 ITEMS = [

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 import qtts
-from qtts.runtime.subtitles import to_srt, to_vtt
+from qtts.runtime.aligner.subtitles import to_srt, to_vtt
 from tests.fixtures.aligner_reference import clip
 
 TEXT = "Hello, world! This is a tiny test."

@@ -25,7 +25,7 @@ from websockets.exceptions import ConnectionClosedError
 from websockets.sync.client import connect
 
 import qtts
-from qtts.runtime.audio import pcm16
+from qtts.runtime.audio.audio import pcm16
 from tests.fixtures.ray_serve import RayApp, command_line, start_ray_app
 
 MODEL = "tiny_base-f32"

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from qtts.runtime.options import BatchOptions, LoadOptions, RayServeOptions, ServeOptions
+from qtts.runtime.settings.options import BatchOptions, LoadOptions, RayServeOptions, ServeOptions
 from tests.fixtures.ray_serve import free_port
 
 MODEL = "tiny_custom_voice-f32"

@@ -19,7 +19,7 @@ import pytest
 import soundfile as sf
 
 import qtts
-from qtts.runtime.audio import pcm16
+from qtts.runtime.audio.audio import pcm16
 from tests.fixtures.server import LiveServer, start_server
 
 KEY = "test-key"
@@ -331,7 +331,7 @@ def test_metrics_and_models(server: LiveServer, client: openai.OpenAI) -> None:
 def test_one_pcm_conversion_everywhere(server: LiveServer, client: openai.OpenAI, local: qtts.Model,
                                        cv_path: Path, tmp_path: Path) -> None:
     """The same seed gives the same 16-bit samples from every output: the CLI's file and --raw,
-    Audio.save, a batch file, and the server's wav and pcm (runtime/audio.py, to_int16)."""
+    Audio.save, a batch file, and the server's wav and pcm (runtime/audio/audio.py, to_int16)."""
     import subprocess
     import sys
 

@@ -18,7 +18,7 @@ import soundfile as sf
 from websockets.exceptions import ConnectionClosed
 
 import qtts
-from qtts.runtime.audio import pcm16
+from qtts.runtime.audio.audio import pcm16
 from tests.fixtures.server import LiveServer, start_server, ws_connect
 
 KEY = "words-key"
