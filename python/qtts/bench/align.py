@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import TEXT, Log, clip, logger, machine, prepare, settings, worker
+from .common import TEXT, Log, cached_build, clip, logger, machine, prepare, settings, worker
 
 ALIGNER = "0.6B-ForcedAligner"
 TTS_RELEASE = "0.6B-CustomVoice"  # the synthesis measured against (a speaker: no voice to clone first)
@@ -25,21 +25,9 @@ FRAMES_PER_SECOND = 12.5
 
 def prepare_aligner(qtype: str, seed: int, log: Log | None = None) -> Path:
     """The cached GGUF of the random-weight aligner at `qtype` (built on first use)."""
-    from ..convert.checkpoint import convert
     from ..convert.randaligner import write_random_aligner
-    from ..convert.registry import cache_dir
 
-    root = cache_dir() / "bench" / f"{ALIGNER}-seed{seed}"
-    out = root / f"{qtype}.gguf"
-    if out.exists():
-        return out
-    hf = root / "hf"
-    if not (hf / "config.json").exists():
-        if log:
-            log(f"writing a random {ALIGNER} checkpoint to {hf}")
-        write_random_aligner(hf, seed=seed)
-    convert(hf, out, qtype)
-    return out
+    return cached_build(f"{ALIGNER}-seed{seed}", qtype, lambda hf: write_random_aligner(hf, seed=seed), log)
 
 
 def _text(seconds: float) -> str:

@@ -64,19 +64,27 @@ def l3_cache_mb() -> float | None:
 
 def prepare(release: str, qtype: str, seed: int, log: Log | None = None) -> Path:
     """The cached GGUF of a random-weight release at `qtype` (built on first use)."""
-    from ..convert.checkpoint import convert
     from ..convert.randmodel import write_random_checkpoint
+
+    return cached_build(f"{release}-seed{seed}", qtype, lambda hf: write_random_checkpoint(release, hf, seed=seed),
+                        log)
+
+
+def cached_build(name: str, qtype: str, write: Callable[[Path], Any], log: Log | None = None) -> Path:
+    """`~/.cache/qtts/bench/<name>/<qtype>.gguf`, converted from the random checkpoint `write`
+    puts in its `hf` folder (each written once, on first use)."""
+    from ..convert.checkpoint import convert
     from ..convert.registry import cache_dir
 
-    root = cache_dir() / "bench" / f"{release}-seed{seed}"
+    root = cache_dir() / "bench" / name
     out = root / f"{qtype}.gguf"
     if out.exists():
         return out
     hf = root / "hf"
     if not (hf / "config.json").exists():
         if log:
-            log(f"writing a random {release} checkpoint to {hf}")
-        write_random_checkpoint(release, hf, seed=seed)
+            log(f"writing a random {name} checkpoint to {hf}")
+        write(hf)
     convert(hf, out, qtype)  # K-quants too: in one step, the bytes `quantize` would write
     return out
 
