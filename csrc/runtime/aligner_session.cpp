@@ -61,9 +61,11 @@ ggml_cgraph * AlignerSession::run(const GraphBuild & build, const GraphInputs & 
     ggml_set_output(out);
     ggml_build_forward_expand(gf, out);
     ggml_backend_sched_reset(sched_);
+    if (backend_ != cpu_) place_inputs(sched_, gf, backend_);  // portable on a device (runtime/graph.h)
     GgmlErrorCapture log;
     if (!ggml_backend_sched_alloc_graph(sched_, gf)) engine_fail(log, "could not allocate the aligner's graph");
     inputs(gf);
+    ggml_backend_sched_set_eval_callback(sched_, census_.on() ? &OpCensus::observe : nullptr, &census_);
     const ggml_status status = ggml_backend_sched_graph_compute(sched_, gf);
     if (status != GGML_STATUS_SUCCESS) engine_fail(log, "graph compute failed: %s", ggml_status_to_string(status));
     return gf;

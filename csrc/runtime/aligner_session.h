@@ -12,6 +12,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "runtime/aligner_model.h"
+#include "runtime/graph.h"
 #include "runtime/transformer.h"
 
 namespace qtts {
@@ -41,6 +42,10 @@ public:
     std::vector<float> timestamp_logits(const std::vector<int32_t> & ids, const std::vector<float> & audio,
                                         int64_t n_audio);
 
+    // The op census of the graphs run while it is on (OpCensus, runtime/graph.h).
+    void set_op_census(bool on) { census_.set(on); }
+    std::map<std::string, int64_t> op_census() const { return census_.counts(); }
+
     // Bytes held now: the decoder's KV cache, the scheduler's compute buffers.
     std::map<std::string, size_t> memory() const;
     // Free the compute buffers and the KV cache; later graphs allocate what they need.
@@ -60,6 +65,7 @@ private:
     ggml_context * graph_ctx_ = nullptr;
     std::vector<uint8_t> graph_meta_;
     KvCache cache_;
+    OpCensus census_;
 };
 
 }  // namespace qtts
