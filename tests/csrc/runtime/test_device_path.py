@@ -10,7 +10,7 @@ import pytest
 
 import qtts
 from qtts._native import core
-from tests.fixtures.device import on_test_device, ops_device
+from tests.fixtures.device import device_precision, on_test_device, ops_device
 
 TEXT = "Hello world, this is a tiny test."
 
@@ -58,7 +58,7 @@ def test_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: str, sett
     rule, so the codes are the host sampler's (the sums are float, not double: a draw within
     rounding of a boundary could differ, which these 435 draws per case do not hit)."""
     m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops=ops, voice_cache=False,
-                   device=ops_device(ops))
+                   device=ops_device(ops), precision=device_precision())
     got = []
     for on_device in (False, True):
         with m.engine.session() as s:
@@ -70,7 +70,7 @@ def test_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: str, sett
 
 def test_top_p_stays_on_the_host(gguf_dir: Path) -> None:
     m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops="portable", voice_cache=False,
-                   device=on_test_device())
+                   device=on_test_device(), precision=device_precision())
     got = []
     for on_device in (False, True):
         with m.engine.session() as s:
@@ -114,7 +114,7 @@ def test_batched_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: s
     the codes of its step-by-step pass with the host sampler: greedy, seeded sampling with one
     setting for all lanes, and a mix of settings (which keeps the host sampler)."""
     m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops=ops, voice_cache=False,
-                   device=ops_device(ops))
+                   device=ops_device(ops), precision=device_precision())
     texts = [TEXT, "Short.", "A longer sentence, with a few more words than the others.", TEXT]
     greedy = dict(do_sample=False, subtalker_dosample=False)
     sampled = [dict(seed=11 + i, subtalker_top_k=5, subtalker_temperature=0.8) for i in range(4)]
@@ -137,7 +137,7 @@ def test_portable_graphs_have_only_stock_ops(gguf_dir: Path) -> None:
     from tests.profiling import profiled
 
     m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1, ops="portable", voice_cache=False,
-                   device=on_test_device())
+                   device=on_test_device(), precision=device_precision())
     rng = np.random.default_rng(0)
     clip = (0.1 * rng.standard_normal(24000)).astype(np.float32)
     with m.engine.session() as s:

@@ -18,7 +18,7 @@ from qtts.runtime.job import Job
 from qtts.runtime.prompt import Prompt, build_prompt, resolve_voice
 from qtts.runtime.scheduler import QueueFull, Scheduler, SchedulerClosed, default_limits
 from tests.chunks import assert_chunks_equal
-from tests.fixtures.device import on_test_device
+from tests.fixtures.device import device_precision, on_test_device
 
 TEXTS = ["Hello world, this is a tiny test.", "Short.", "A longer sentence, with a few more words than the others."]
 REF_TEXT = "The quick brown fox jumps."
@@ -33,30 +33,32 @@ def _clip(n: int, seed: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def cv(gguf_dir: Path) -> qtts.Model:
-    return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, device=on_test_device("auto"))
+    return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, device=on_test_device("auto"),
+                      precision=device_precision())
 
 
 @pytest.fixture(scope="module")
 def vd(gguf_dir: Path) -> qtts.Model:
-    return qtts.Model(gguf_dir / "tiny_voice_design-f32.gguf", n_threads=2, device=on_test_device("auto"))
+    return qtts.Model(gguf_dir / "tiny_voice_design-f32.gguf", n_threads=2, device=on_test_device("auto"),
+                      precision=device_precision())
 
 
 @pytest.fixture(scope="module")
 def base(gguf_dir: Path) -> qtts.Model:
     return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False,
-                      device=on_test_device("auto"))
+                      device=on_test_device("auto"), precision=device_precision())
 
 
 @pytest.fixture(scope="module")
 def base_portable(gguf_dir: Path) -> qtts.Model:
     return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False, ops="portable",
-                      device=on_test_device("auto"))
+                      device=on_test_device("auto"), precision=device_precision())
 
 
 @pytest.fixture(scope="module")
 def cv_portable(gguf_dir: Path) -> qtts.Model:
     return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, ops="portable",
-                      device=on_test_device("auto"))
+                      device=on_test_device("auto"), precision=device_precision())
 
 
 @pytest.fixture(scope="module")
