@@ -37,7 +37,7 @@ def build_gguf(out: Path, release: str = "0.6B-CustomVoice") -> Path:
 def measure(gguf: str, threads: int, frames: int, repeat: int) -> dict:
     import numpy as np
 
-    from qtts.runtime.engine import Engine
+    from qtts.runtime.engine.engine import Engine
 
     engine = Engine(gguf, "cpu", threads)
     codes = np.random.default_rng(0).integers(0, 2048, (frames, engine.num_code_groups))

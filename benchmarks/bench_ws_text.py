@@ -34,7 +34,7 @@ def start_server(model: object) -> tuple[str, object]:
     """create_app on a free loopback port; (http base URL, the uvicorn server)."""
     import uvicorn
 
-    from qtts.runtime.scheduler import Scheduler
+    from qtts.runtime.scheduling.scheduler import Scheduler
     from qtts.server.app import create_app
 
     app = create_app(model, Scheduler(model, max_batch=2, max_queue=4), model_id="bench")

@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.cmd == "info":
         import qtts
-        from qtts.runtime.engine import build_info
+        from qtts.runtime.engine.engine import build_info
 
         got: dict[str, Any] = {"qtts": qtts.__file__, **build_info()}
     elif a.cmd == "goldens":

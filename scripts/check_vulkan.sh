@@ -97,6 +97,6 @@ rc=0
     --phases info,goldens,parity_exact,parity_fast,batch_parity_exact,ops || rc=1
 step "the device tests on Vulkan0"
 QTTS_TEST_DEVICE=Vulkan0 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/csrc/runtime/test_device_path.py \
-    tests/qtts/runtime/test_batch.py tests/csrc/nets || rc=1
+    tests/qtts/runtime/scheduling/test_batch.py tests/csrc/nets || rc=1
 step "done in ${SECONDS} s (exit $rc)"
 exit "$rc"

@@ -138,7 +138,7 @@ def _request(name: str, req: dict, m: Any, wav: Any) -> dict[str, Any]:
 def _teacher_forced(m: Any, req: dict, codes: Any) -> list[Any]:
     """The talker's prefill hidden state and logits, then its logits at each frame of `codes` fed
     back (not its own choices)."""
-    from qtts.runtime.prompt import build_prompt, resolve_voice
+    from qtts.runtime.synthesis.prompt import build_prompt, resolve_voice
 
     voice = resolve_voice(m.context, language=req.get("language", "auto"), speaker=req.get("speaker"),
                           instruct=req.get("instruct"), voice=req.get("voice"))

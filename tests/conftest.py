@@ -143,10 +143,10 @@ def reference_models(fixture_root: Path):
 
 @pytest.fixture
 def clock_stands_still(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunk pacing's clock stopped (qtts/runtime/pacing.py): no audio is ever played out, so
+    """Chunk pacing's clock stopped (qtts/runtime/synthesis/pacing.py): no audio is ever played out, so
     streams keep the plain doubling schedule however loaded the machine is. For the tests that
-    compare where chunks end; tests/qtts/runtime/test_pacing.py checks the pacing itself."""
-    from qtts.runtime import pacing
+    compare where chunks end; tests/qtts/runtime/synthesis/test_pacing.py checks the pacing itself."""
+    from qtts.runtime.synthesis import pacing
 
     monkeypatch.setattr(pacing, "now", lambda: 0.0)
 
@@ -154,9 +154,9 @@ def clock_stands_still(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def lock_waiters(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     """`lock_waiters(n)` returns once n threads wait for an engine's lock
-    (qtts/runtime/engine_lock.py): a test then checks that they still wait, instead of sleeping
+    (qtts/runtime/engine/engine_lock.py): a test then checks that they still wait, instead of sleeping
     for a time a busy machine could outlast before the threads even get there."""
-    from qtts.runtime.engine_lock import EngineLock
+    from qtts.runtime.engine.engine_lock import EngineLock
 
     waiting: set[int] = set()
     changed = threading.Condition()

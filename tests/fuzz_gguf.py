@@ -258,11 +258,15 @@ def mutant(sources: Sequence[tuple[bytes, Layout]], seed: int, index: int) -> tu
 # --- the worker ---------------------------------------------------------------------------------
 
 def _exercise(path: str) -> str:
-    """Load and, if that works, synthesize a few frames and decode; the outcome as one word."""
+    """Load and, if that works, synthesize a few frames and decode (an aligner file: align a
+    clip); the outcome as one word."""
     import numpy as np
 
     import qtts
+    from qtts.runtime.aligner.aligner_engine import ARCHITECTURE, file_architecture
 
+    if file_architecture(path) == ARCHITECTURE:
+        return _exercise_aligner(path)
     try:
         model = qtts.Model(path, n_threads=1, device="cpu", voice_cache=False)
     except (ValueError, OSError) as e:
@@ -282,6 +286,27 @@ def _exercise(path: str) -> str:
                 model.synthesize("Hello there.", speaker=model.speakers[0] if model.speakers else None, **kw)
         codes = np.zeros((3, model.num_code_groups), dtype=np.int32)
         model.decode(codes)
+    except (ValueError, OSError) as e:
+        if isinstance(e, UnicodeError):
+            raise
+        return "failed-cleanly"
+    return "ok"
+
+
+def _exercise_aligner(path: str) -> str:
+    import numpy as np
+
+    import qtts
+
+    try:
+        aligner = qtts.load_aligner(path, n_threads=1, device="cpu")
+    except (ValueError, OSError) as e:
+        if isinstance(e, UnicodeError):
+            raise
+        return "rejected"
+    try:
+        t = np.arange(24000) / 16000
+        aligner.align((0.3 * np.sin(2 * np.pi * 220 * t).astype(np.float32), 16000), "Hello there, 世界.")
     except (ValueError, OSError) as e:
         if isinstance(e, UnicodeError):
             raise

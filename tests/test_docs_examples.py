@@ -101,7 +101,8 @@ def workdir(fixture_root: Path, reference_aligner_dir: Path, tmp_path_factory: p
 
 @pytest.fixture(scope="module")
 def server(workdir: Path) -> LiveServer:
-    s = start_server(workdir / "model.gguf", workdir / "serve.log", "--api-key", KEY)
+    s = start_server(workdir / "model.gguf", workdir / "serve.log", "--api-key", KEY, "--aligner",
+                     str(workdir / "aligner.gguf"))
     yield s
     assert s.stop() == 0, s.log.read_text()
     assert "Traceback" not in s.log.read_text(), s.log.read_text()

@@ -1,7 +1,8 @@
 """The Python layering rules (docs/architecture.md, "Layers"): every import inside python/qtts,
-read with ast, goes from a module to one of the same or a lower layer of the table in
-docs/architecture.md ("Python layers"), and the import graph has no circle, counting imports
-deferred into functions and, separately, those under `if TYPE_CHECKING:`."""
+read with ast, goes from a module to one in a room of the same or a lower layer of the table in
+docs/architecture.md ("Python layers") and, inside its room, to one of the same or a lower floor;
+no two rooms import each other, and the import graph has no circle, counting imports deferred
+into functions and, separately, those under `if TYPE_CHECKING:`."""
 from __future__ import annotations
 
 import ast
@@ -18,7 +19,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 @dataclass(frozen=True)
 class Import:
-    source: str  # the importing module, dotted ("qtts.runtime.model")
+    source: str  # the importing module, dotted ("qtts.runtime.model.model")
     target: str  # the imported module inside qtts
     type_checking: bool  # under `if TYPE_CHECKING:` (never executed)
     line: int
@@ -118,45 +119,83 @@ def circles(edges: list[tuple[str, str]]) -> list[list[str]]:
     return sorted(out)
 
 
-def layer_table() -> list[tuple[int, list[str]]]:
-    """(layer, module patterns) of each row of the "Python layers" table in docs/architecture.md."""
+@dataclass(frozen=True)
+class Room:
+    """One row of the "Python layers" table: a room at a layer, its modules floor by floor."""
+    layer: int
+    name: str
+    floors: tuple[tuple[str, ...], ...]  # module patterns, dotted and whole, from the ground floor up
+
+
+def layer_table() -> list[Room]:
+    """The rooms of the "Python layers" table in docs/architecture.md. A room named by a package
+    (`qtts.runtime.engine`) holds that package and the modules its floors name inside it; another
+    room's floors name modules whole."""
     text = ARCHITECTURE.read_text(encoding="utf-8")
     section = text.split("### Python layers", 1)[1].split("\n#", 1)[0]
-    rows = []
+    rooms = []
     for line in section.splitlines():
-        m = re.match(r"\|\s*(\d+)\s*\|([^|]*)\|", line)
-        if m:
-            rows.append((int(m.group(1)), re.findall(r"`([^`]+)`", m.group(2))))
-    return rows
+        m = re.match(r"\|\s*(\d+)\s*\|([^|]*)\|([^|]*)\|", line)
+        if not m:
+            continue
+        package = re.findall(r"`([^`]+)`", m.group(2))
+        floors = [re.findall(r"`([^`]+)`", floor) for floor in m.group(3).split(";")]
+        if package:
+            floors = [[f"{package[0]}.{name}" for name in floor] for floor in floors]
+            floors[0].insert(0, package[0])
+        rooms.append(Room(int(m.group(1)), package[0] if package else m.group(2).strip(),
+                          tuple(tuple(floor) for floor in floors)))
+    return rooms
 
 
-def layer_of(module: str, table: list[tuple[int, list[str]]]) -> int | None:
-    """The layer of the most specific pattern that names the module (an exact name before a glob)."""
-    best: tuple[int, int] | None = None  # (specificity, layer)
-    for layer, patterns in table:
-        for pattern in patterns:
-            if fnmatch.fnmatchcase(module, pattern):
-                rank = (1 << 16) if pattern == module else len(pattern)
-                if best is None or rank > best[0]:
-                    best = (rank, layer)
-    return None if best is None else best[1]
+def place(module: str, table: list[Room]) -> tuple[Room, int] | None:
+    """The room and floor of the most specific pattern that names the module (an exact name before a glob)."""
+    best: tuple[int, Room, int] | None = None  # (specificity, room, floor)
+    for room in table:
+        for floor, patterns in enumerate(room.floors):
+            for pattern in patterns:
+                if fnmatch.fnmatchcase(module, pattern):
+                    rank = (1 << 16) if pattern == module else len(pattern)
+                    if best is None or rank > best[0]:
+                        best = (rank, room, floor)
+    return None if best is None else best[1:]
 
 
-def test_every_module_has_a_layer() -> None:
+def test_every_module_has_a_room() -> None:
     table = layer_table()
     assert table, "docs/architecture.md has no 'Python layers' table"
-    missing = [m for m in module_names() if layer_of(m, table) is None]
+    missing = [m for m in module_names() if place(m, table) is None]
     assert not missing, f"modules the layer table of docs/architecture.md does not place: {missing}"
 
 
 def test_imports_go_down_the_layers() -> None:
+    # between rooms by the rooms' layers; inside a room by its floors
     table = layer_table()
+    modules = module_names()
     wrong = []
-    for imp in imports(module_names()):
-        src, dst = layer_of(imp.source, table), layer_of(imp.target, table)
-        if src is not None and dst is not None and dst > src:
-            wrong.append(f"{imp.source} (layer {src}) imports {imp.target} (layer {dst}), line {imp.line}")
+    for imp in imports(modules):
+        src, dst = place(imp.source, table), place(imp.target, table)
+        if src is None or dst is None:
+            continue
+        (src_room, src_floor), (dst_room, dst_floor) = src, dst
+        if dst_room.layer > src_room.layer:
+            wrong.append(f"{imp.source} (room {src_room.name}, layer {src_room.layer}) imports {imp.target} "
+                         f"(room {dst_room.name}, layer {dst_room.layer}), line {imp.line}")
+        elif dst_room == src_room and dst_floor > src_floor:
+            wrong.append(f"{imp.source} (floor {src_floor} of {src_room.name}) imports {imp.target} "
+                         f"(floor {dst_floor}), line {imp.line}")
     assert not wrong, "imports against the layers of docs/architecture.md:\n" + "\n".join(wrong)
+
+
+def test_no_room_circle() -> None:
+    # two rooms of one layer may not import each other either
+    table = layer_table()
+    edges = []
+    for imp in imports(module_names()):
+        src, dst = place(imp.source, table), place(imp.target, table)
+        if src is not None and dst is not None and src[0] != dst[0]:
+            edges.append((src[0].name, dst[0].name))
+    assert not circles(edges), f"rooms that import each other: {circles(edges)}"
 
 
 def test_no_import_circle() -> None:

@@ -163,6 +163,9 @@ void bind_aligner(py::module_ & m) {
             py::arg("ids"), py::arg("audio"),
             "The timestamp logits [slots, classes] of a prompt of token ids whose audio_pad run takes the rows of "
             "audio [n, width].")
+        .def("set_profiling", &AlignerSession::set_profiling, py::arg("on"),
+             "Per-op time accounting (graphs then run node by node): profile() gives ms by \"phase/op\".")
+        .def("profile", &AlignerSession::profile)
         .def("set_op_census", &AlignerSession::set_op_census, py::arg("on"),
              "Count each computed node by its op, types and source views (graphs then run node by node).")
         .def("op_census", &AlignerSession::op_census, "Computed nodes per signature since the census was turned on.")

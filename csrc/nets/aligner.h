@@ -39,7 +39,9 @@ struct AudioEncoder {
     // frames per conv chunk (the reference's 2 * n_window) and per attention window (n_window_infer)
     int chunk_frames = 0, window_frames = 0;
     float eps = 1e-5f;  // torch's LayerNorm default, which the reference keeps
-    std::array<ggml_tensor *, kAudioConvs> conv{}, conv_b{};  // [3, 3, in, channels] (ggml order), [channels]
+    // conv 0: [3, 3, 1, channels] (ggml order, F32); 1 and 2: the matrices [channels * 9,
+    // channels] they are multiplied as (any matrix type); biases [channels]
+    std::array<ggml_tensor *, kAudioConvs> conv{}, conv_b{};
     ggml_tensor * conv_out = nullptr;                          // [channels * conv_len(n_mels), n_embd]
     std::vector<AudioEncoderLayer> layers;
     ggml_tensor *out_norm = nullptr, *out_norm_b = nullptr;    // [n_embd]

@@ -54,7 +54,9 @@ void load_audio_encoder(GgufFile & f, AudioEncoder & e) {
 
     const int64_t c = e.channels, d = e.n_embd;
     for (int i = 0; i < kAudioConvs; ++i) {
-        e.conv[i] = f.tensor(format(tn::AENC_CONV, i), {3, 3, i == 0 ? 1 : c, c}, WeightKind::F32);
+        const std::string name = format(tn::AENC_CONV, i);
+        e.conv[i] =
+            i == 0 ? f.tensor(name, {3, 3, 1, c}, WeightKind::F32) : f.tensor(name, {9 * c, c}, WeightKind::MATMUL);
         e.conv_b[i] = f.tensor(format(tn::AENC_CONV_B, i), {c}, WeightKind::F32);
     }
     e.conv_out = f.tensor(tn::AENC_CONV_OUT, {c * AudioEncoder::conv_len(e.n_mels), d}, WeightKind::MATMUL);
@@ -129,11 +131,14 @@ struct EncoderBuilder {
 
     // Conv2d i (kernel 3, stride 2, padding 1) + GELU of x [time, bins, in, chunks]: its windows
     // as F32 columns (ggml_conv_2d's would be F16) times the kernel, [channels, time', bins', chunks].
+    // im2col reads only its kernel's shape; for the stored matrices the first conv's kernel, its 9
+    // x channels values, stands in reshaped as [3, 3, channels, 1] (a weight: nothing to allocate).
     ggml_tensor * conv(ggml_tensor * x, int i) const {
-        ggml_tensor * cols = ggml_im2col(ctx, e.conv[i], x, 2, 2, 1, 1, 1, 1, true, GGML_TYPE_F32);
+        ggml_tensor * shape = i == 0 ? e.conv[0] : ggml_reshape_4d(ctx, e.conv[0], 3, 3, e.channels, 1);
+        ggml_tensor * cols = ggml_im2col(ctx, shape, x, 2, 2, 1, 1, 1, 1, true, GGML_TYPE_F32);
         const int64_t k = cols->ne[0], t = cols->ne[1], bins = cols->ne[2], n = cols->ne[3];
-        ggml_tensor * y =
-            mul_mat(ctx, ggml_reshape_2d(ctx, e.conv[i], k, e.channels), ggml_reshape_2d(ctx, cols, k, t * bins * n));
+        ggml_tensor * w = i == 0 ? ggml_reshape_2d(ctx, e.conv[0], k, e.channels) : e.conv[i];
+        ggml_tensor * y = matmul(ctx, w, ggml_reshape_2d(ctx, cols, k, t * bins * n));
         y = named(ggml_gelu_erf(ctx, ggml_add(ctx, y, e.conv_b[i])), "aenc.conv%d", i);
         return ggml_reshape_4d(ctx, y, e.channels, t, bins, n);
     }

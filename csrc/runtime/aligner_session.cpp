@@ -65,10 +65,37 @@ ggml_cgraph * AlignerSession::run(const GraphBuild & build, const GraphInputs & 
     GgmlErrorCapture log;
     if (!ggml_backend_sched_alloc_graph(sched_, gf)) engine_fail(log, "could not allocate the aligner's graph");
     inputs(gf);
-    ggml_backend_sched_set_eval_callback(sched_, census_.on() ? &OpCensus::observe : nullptr, &census_);
+    const bool observe = profiling_ || census_.on();
+    ggml_backend_sched_set_eval_callback(sched_, observe ? &AlignerSession::profile_node : nullptr, this);
     const ggml_status status = ggml_backend_sched_graph_compute(sched_, gf);
     if (status != GGML_STATUS_SUCCESS) engine_fail(log, "graph compute failed: %s", ggml_status_to_string(status));
     return gf;
+}
+
+void AlignerSession::set_profiling(bool on) {
+    profiling_ = on;
+    if (on) profile_.clear();
+}
+
+bool AlignerSession::profile_node(ggml_tensor * t, bool ask, void * self) {
+    auto * s = static_cast<AlignerSession *>(self);
+    const auto now = std::chrono::steady_clock::now();
+    if (ask) {
+        s->node_t0_ = now;
+        return true;  // observe every node: the scheduler then computes them one at a time
+    }
+    s->census_.count(t);
+    if (!s->profiling_) return true;
+    std::string op = t->op == GGML_OP_UNARY ? ggml_unary_op_name(ggml_get_unary_op(t)) : ggml_op_name(t->op);
+    if (t->op == GGML_OP_MUL_MAT || t->op == GGML_OP_CUSTOM) {
+        const ggml_tensor * w = t->src[0]->view_src ? t->src[0]->view_src : t->src[0];
+        const bool weight = w->buffer && ggml_backend_buffer_get_usage(w->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+        const bool conv = weight && std::string(w->name).rfind("aenc.conv.", 0) == 0;
+        op = conv ? "MUL_MAT(conv)" : weight ? op + "(weights)" : op;
+    }
+    s->profile_[std::string(s->phase_) + "/" + op] +=
+        std::chrono::duration<double, std::milli>(now - s->node_t0_).count();
+    return true;
 }
 
 CodecRunner AlignerSession::runner() {
@@ -82,7 +109,17 @@ CodecRunner AlignerSession::runner() {
 std::vector<float> AlignerSession::encode(const std::vector<float> & mel, int64_t n_frames,
                                           const std::vector<std::string> & stages,
                                           std::vector<std::vector<float>> * got) {
-    return encode_audio(model_->encoder, runner(), mel, n_frames, stages, got);
+    phase_ = "encoder";
+    if (stages.empty()) return encode_audio(model_->encoder, runner(), mel, n_frames);
+    // The stages make a graph of the same nodes in another order with more outputs, which a
+    // scheduler would compute by the plan of the last graph: a fresh one plans it, and the
+    // graphs after it.
+    ggml_backend_sched_free(sched_);
+    make_sched();
+    std::vector<float> out = encode_audio(model_->encoder, runner(), mel, n_frames, stages, got);
+    ggml_backend_sched_free(sched_);
+    make_sched();
+    return out;
 }
 
 std::vector<float> AlignerSession::timestamp_logits(const std::vector<int32_t> & ids, const std::vector<float> & audio,
@@ -105,11 +142,15 @@ std::vector<float> AlignerSession::timestamp_logits(const std::vector<int32_t> &
     for (size_t i = 0; i < ids.size(); ++i) {
         if (ids[i] == m.timestamp_id) slots.push_back(static_cast<int32_t>(i));
     }
+    phase_ = "decoder";
     const CodecRunner r = runner();
     std::vector<float> embd = aligner_embed(m.decoder, r, ids);
     std::copy(audio.begin(), audio.end(), embd.begin() + (first - ids.begin()) * width);
     const int64_t n = static_cast<int64_t>(ids.size());
-    return aligner_logits(m.decoder, r, cache_, m.ops == OpsPath::native, embd, n, slots, kAlignerChunk);
+    std::vector<float> out =
+        aligner_logits(m.decoder, r, cache_, m.ops == OpsPath::native, embd, n, slots, kAlignerChunk);
+    if (n > kAlignerSteady) release_buffers();
+    return out;
 }
 
 std::map<std::string, size_t> AlignerSession::memory() const {

@@ -3,6 +3,7 @@
 // share a model.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -20,6 +21,9 @@ namespace qtts {
 // Decoder positions per graph: the attention scores of a chunk are [n_past + chunk, chunk,
 // heads], linear in the prompt rather than quadratic (as the talker's prefill).
 inline constexpr int kAlignerChunk = 256;
+// A prompt longer than this (about 40 s of audio and its words) gives the KV cache and the compute
+// buffers back when its alignment ends; shorter ones keep them for the next call.
+inline constexpr int64_t kAlignerSteady = 1024;
 
 class AlignerSession {
 public:
@@ -42,6 +46,12 @@ public:
     std::vector<float> timestamp_logits(const std::vector<int32_t> & ids, const std::vector<float> & audio,
                                         int64_t n_audio);
 
+    // Per-op time accounting (as Session's, docs/architecture.md "Graph replay and the generation
+    // profile"): while on, graphs run node by node and each node's ms is added to
+    // "<encoder|decoder>/<op>", the products named by their weight's kind (the convs', the
+    // layers'); off clears nothing, set_profiling(true) starts afresh.
+    void set_profiling(bool on);
+    std::map<std::string, double> profile() const { return profile_; }
     // The op census of the graphs run while it is on (OpCensus, runtime/graph.h).
     void set_op_census(bool on) { census_.set(on); }
     std::map<std::string, int64_t> op_census() const { return census_.counts(); }
@@ -65,6 +75,11 @@ private:
     ggml_context * graph_ctx_ = nullptr;
     std::vector<uint8_t> graph_meta_;
     KvCache cache_;
+    bool profiling_ = false;
+    const char * phase_ = "encoder";
+    std::map<std::string, double> profile_;
+    std::chrono::steady_clock::time_point node_t0_;
+    static bool profile_node(ggml_tensor * t, bool ask, void * self);
     OpCensus census_;
 };
 

@@ -47,7 +47,8 @@ ggml_tensor * rows_operand(ggml_context * ctx, ggml_tensor * t);
 // Row `row` of the index matrix `ids` [n, rows] (I32) as the indices of ggml_get_rows: row 0
 // itself, every other row a copy (a few integers), whatever n is, so that a graph indexed by
 // the rows of an [n, rows] input has the same nodes at every n (a batched step's graph is the
-// same at 1 and 64 slots, tests/qtts/runtime/test_batch.py) and is a rows_operand on any device.
+// same at 1 and 64 slots, tests/qtts/runtime/scheduling/test_batch.py) and is a rows_operand
+// on any device.
 ggml_tensor * index_row(ggml_context * ctx, ggml_tensor * ids, int64_t row);
 
 // Rows t..t+width/C-1 of x for every t < rows, rows `step` bytes apart (x's row stride when 0),

@@ -8,15 +8,15 @@ from typing import Any
 
 from .convert.info import ModelInfo, inspect
 from .errors import QttsError
-from .runtime.aligner import Aligner, load_aligner
-from .runtime.audio import Audio, AudioChunk, Timings, pcm16
-from .runtime.config import GenerationConfig
-from .runtime.model import Model, load
-from .runtime.scheduler import Scheduler
-from .runtime.speech import Progress
-from .runtime.text import split_text
-from .runtime.voice import Voice
-from .runtime.words import Word
+from .runtime.aligner.aligner import Aligner, load_aligner
+from .runtime.audio.audio import Audio, AudioChunk, Timings, pcm16
+from .runtime.audio.voice import Voice
+from .runtime.model.model import Model, load
+from .runtime.scheduling.scheduler import Scheduler
+from .runtime.settings.config import GenerationConfig
+from .runtime.synthesis.speech import Progress
+from .runtime.text.text import split_text
+from .runtime.text.words import Word
 
 __all__ = ["Aligner", "Audio", "AudioChunk", "GenerationConfig", "Model", "ModelInfo", "Progress", "QttsError",
            "Scheduler", "Timings", "Voice", "Word", "inspect", "load", "load_aligner", "pcm16", "serve_app",

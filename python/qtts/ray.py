@@ -11,8 +11,9 @@ Input columns are the bulk manifest's fields (qtts.bulk.manifest.FIELDS: text, a
 id, speaker, language, instruct, voice, ref_audio, ref_text, x_vector_only_mode, seed,
 frame_budget and the sampling settings by their qwen-tts names); other columns are ignored.
 Output columns, one row per input row: id, audio (float32 samples), sample_rate, frames,
-stop_reason, seed, timings (JSON) and error (None, or why this row failed: a bad row never
-fails the batch). This module imports Ray only inside the actor, so qtts imports without it.
+stop_reason, seed, timings (JSON), words (JSON [{"word", "start", "end"}] where the row asked for
+word_timestamps, else None; the load option aligner times them) and error (None, or why this
+row failed: a bad row never fails the batch). This module imports Ray only inside the actor, so qtts imports without it.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ import numpy as np
 
 from .bulk.manifest import FIELDS, Item, parse_item
 from .bulk.synth import Finished, Synth, describe
-from .runtime import options
+from .runtime.aligner.subtitles import word_list
+from .runtime.settings import options
 
 
 def plain(value: Any) -> Any:
@@ -38,12 +40,12 @@ def plain(value: Any) -> Any:
 
 class Synthesizer:
     """map_batches callable: constructor kwargs model, max_batch, qtts.load's keyword arguments
-    (n_threads, device, ops, precision, huge_pages, ...: runtime/options.py, LoadOptions) and
+    (n_threads, device, ops, precision, huge_pages, ...: runtime/settings/options.py, LoadOptions) and
     defaults for any manifest field (speaker="ryan", max_new_tokens=600, ...) that a row leaves
     out or null."""
 
     def __init__(self, model: str, max_batch: int = 8, **kwargs: Any) -> None:
-        from .runtime.model import open_model
+        from .runtime.model.model import open_model
 
         load_options = options.LoadOptions.take(kwargs)
         defaults = kwargs
@@ -80,6 +82,8 @@ class Synthesizer:
             "stop_reason": np.array([f.stop_reason for f in rows], dtype=object),
             "seed": np.array([f.seed for f in rows], dtype=object),
             "timings": np.array([json.dumps(f.timings) for f in rows], dtype=object),
+            "words": np.array([None if f.words is None else json.dumps(word_list(f.words)) for f in rows],
+                              dtype=object),
             "error": np.array([f.error for f in rows], dtype=object),
         }
 

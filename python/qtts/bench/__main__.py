@@ -31,6 +31,18 @@ def measure(kind: str, args: list[str]) -> dict[str, Any]:
         from .batch import streams_worker
 
         return streams_worker(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]), args[5])
+    if kind == "align":
+        from .align import align_worker
+
+        return align_worker(args[0], int(args[1]), float(args[2]), int(args[3]), args[4])
+    if kind == "align_synth":
+        from .align import synth_worker
+
+        return synth_worker(args[0], int(args[1]), float(args[2]), int(args[3]))
+    if kind == "align_stream":
+        from .align import stream_worker
+
+        return stream_worker(args[0], args[1], int(args[2]), float(args[3]), int(args[4]), args[5])
     if kind == "memory":
         from .memory import memory_worker
 

@@ -78,7 +78,7 @@ def streams_worker(gguf: str, threads: int, frames: int, streams: int, seed: int
 
     import qtts
 
-    from ..runtime.scheduler import Scheduler
+    from ..runtime.scheduling.scheduler import Scheduler
 
     m = qtts.Model(gguf, n_threads=threads, voice_cache=False, precision=precision)
     rng = np.random.default_rng(seed)

@@ -27,7 +27,7 @@ def logger(quiet: bool) -> Log | None:
 
 
 def machine() -> dict[str, Any]:
-    from ..runtime.engine import build_info
+    from ..runtime.engine.engine import build_info
 
     native = build_info()
     return {"machine": platform.machine(), "cpu": cpu_model(), "l3_mb": l3_cache_mb(), "cpu_count": os.cpu_count(),

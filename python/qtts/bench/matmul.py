@@ -53,7 +53,7 @@ def measure(type_name: str, k: int, n: int, threads: int, columns: int, repeat: 
             huge_pages: bool = True) -> MatmulResult:
     import numpy as np
 
-    from ..runtime.engine import quantize_rows, set_matmul_path, time_matmul
+    from ..runtime.engine.engine import quantize_rows, set_matmul_path, time_matmul
 
     rng = np.random.default_rng(seed)
     w = quantize_rows(rng.standard_normal((n, k)).astype(np.float32), type_name)

@@ -15,7 +15,7 @@ def memory_worker(gguf: str, threads: int, mode: str, voice_file: str | None,
                   precision: str = "auto") -> dict[str, Any]:
     import qtts
 
-    from ..runtime.audio import peak_rss_mb
+    from ..runtime.audio.audio import peak_rss_mb
 
     m = qtts.Model(gguf, n_threads=threads, device="cpu", voice_cache=False, precision=precision)
     r: dict[str, Any] = {"mode": mode, "precision": m.precision}

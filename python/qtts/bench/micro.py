@@ -11,10 +11,10 @@ from .common import machine, timed
 def run_micro(a: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
-    from ..runtime.audio import pcm16
-    from ..runtime.engine import sample_tokens
-    from ..runtime.mel import log_mel_spectrogram
-    from ..runtime.refaudio import load_reference_audio
+    from ..runtime.audio.audio import pcm16
+    from ..runtime.audio.mel import log_mel_spectrogram
+    from ..runtime.audio.refaudio import load_reference_audio
+    from ..runtime.engine.engine import sample_tokens
 
     rng = np.random.default_rng(a.seed)
     logits = rng.standard_normal((1000, 3072)).astype(np.float32) * 3

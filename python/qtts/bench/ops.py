@@ -58,7 +58,7 @@ def run_ops(a: argparse.Namespace) -> dict[str, Any]:
     cases: dict[str, Callable[[Any], Any]] = {"vocoder": lambda s: s.decode(codes),
                                               "codec encoder": lambda s: s.encode(wav)}
     if models["native"].variant == "base":
-        from ..runtime.mel import log_mel_spectrogram
+        from ..runtime.audio.mel import log_mel_spectrogram
 
         mel = log_mel_spectrogram(wav)
         cases["speaker encoder"] = lambda s: s.speaker_embed(mel)

@@ -17,8 +17,8 @@ def quality_worker(ggufs: list[str], threads: int, frames: int) -> dict[str, Any
 
     import qtts
 
-    from ..runtime.prompt import build_prompt, resolve_voice
-    from ..runtime.request import default_non_streaming_mode
+    from ..runtime.synthesis.prompt import build_prompt, resolve_voice
+    from ..runtime.synthesis.request import default_non_streaming_mode
 
     models = [qtts.Model(g, n_threads=threads, device="cpu", voice_cache=False) for g in ggufs]
     ref = models[0]

@@ -12,7 +12,7 @@ def reference_worker(hf_dir: str, threads: int, frames: int, seed: int) -> dict[
     import torch
 
     from .._reference import install
-    from ..runtime.audio import peak_rss_mb
+    from ..runtime.audio.audio import peak_rss_mb
 
     install()  # placeholders for the reference's optional audio imports
     from qwen_tts import Qwen3TTSModel

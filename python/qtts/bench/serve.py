@@ -37,8 +37,8 @@ SHUTDOWN_S = 10.0  # after the clients: the longest uvicorn waits for responses 
 
 def parse_batches(value: str) -> list[int]:
     """--batches: comma-separated batch sizes, each 1..MAX_BATCH (the Scheduler's limit)."""
-    from ..runtime.config import check_int
-    from ..runtime.options import MAX_BATCH
+    from ..runtime.settings.config import check_int
+    from ..runtime.settings.options import MAX_BATCH
 
     try:
         out = [int(x) for x in value.split(",")]
@@ -134,8 +134,8 @@ def _voice(m: Any, voices: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def talker_step_nodes(m: Any, kw: dict[str, Any], b: int, seed: int) -> int:
     """Nodes of one batched talker step with b sequences in the batch (docs/serving.md,
     "Batching": the same for every b where the attention is one set of ops for all lanes)."""
-    from ..runtime.config import GenerationConfig
-    from ..runtime.prompt import build_prompt, resolve_voice
+    from ..runtime.settings.config import GenerationConfig
+    from ..runtime.synthesis.prompt import build_prompt, resolve_voice
 
     cond = resolve_voice(m.context, language="auto", speaker=kw.get("speaker"), instruct=kw.get("instruct"),
                          voice=kw.get("voice"))
@@ -159,7 +159,7 @@ def live_server(m: Any, max_batch: int, max_queue: int, voices: Path,
     scheduler."""
     import uvicorn
 
-    from ..runtime.scheduler import Scheduler
+    from ..runtime.scheduling.scheduler import Scheduler
     from ..server import create_app
 
     scheduler = Scheduler(m, max_batch=max_batch, max_queue=max_queue, pipelined_vocoder=pipelined_vocoder)
@@ -189,7 +189,7 @@ def serve_worker(gguf: str, threads: int, frames: int, seed: int, clients: int, 
     pipelined_vocoder: the Scheduler's (None: by the device)."""
     import qtts
 
-    from ..runtime.engine import available_devices
+    from ..runtime.engine.engine import available_devices
 
     m = qtts.Model(gguf, n_threads=threads, device=device, voice_cache=False, precision=precision)
     spf, sr = m.engine.samples_per_frame, m.sample_rate

@@ -28,7 +28,7 @@ VOCODER_RATES = (8, 5, 4, 3)
 
 def stream_bandwidth(threads: int) -> dict[str, float]:
     """GB/s read by 1 and by `threads` threads."""
-    from ..runtime.engine import read_bandwidth
+    from ..runtime.engine.engine import read_bandwidth
 
     out = {"1": read_bandwidth(BANDWIDTH_BYTES, 1)}
     if threads > 1:
@@ -120,11 +120,11 @@ def speed_worker(gguf: str, threads: int, frames: int, seed: int, matmul: str = 
                  device: str = "cpu", precision: str = "auto") -> dict[str, Any]:
     import qtts
 
-    from ..runtime.audio import peak_rss_mb
-    from ..runtime.cloning import create_voice
-    from ..runtime.engine import set_matmul_path
-    from ..runtime.prompt import build_prompt, resolve_voice
-    from ..runtime.request import default_non_streaming_mode
+    from ..runtime.audio.audio import peak_rss_mb
+    from ..runtime.engine.engine import set_matmul_path
+    from ..runtime.synthesis.cloning import create_voice
+    from ..runtime.synthesis.prompt import build_prompt, resolve_voice
+    from ..runtime.synthesis.request import default_non_streaming_mode
 
     set_matmul_path(matmul)
     t0 = time.perf_counter()
@@ -183,7 +183,7 @@ def _analysis(r: dict[str, Any], bandwidth: float, peak: float | None, threads: 
 
 
 def run_speed(a: argparse.Namespace) -> dict[str, Any]:
-    from ..runtime.pipeline import candidate_split
+    from ..runtime.engine.pipeline import candidate_split
 
     log = logger(a.quiet)
     peak = sgemm_gflops()

@@ -19,23 +19,23 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import QttsError
-from ..runtime.options import LoadOptions
+from ..runtime.settings.options import LoadOptions
 from .manifest import Item
 from .synth import Finished, Synth
 
 if TYPE_CHECKING:
-    from ..runtime.model import Model
+    from ..runtime.model.model import Model
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """How every worker loads the model: a path (or a repo id, through qtts.load's cache) and the
-    load options, carried whole (runtime/options.py)."""
+    load options, carried whole (runtime/settings/options.py)."""
     model: str
     options: LoadOptions = field(default_factory=LoadOptions)
 
     def load(self) -> Model:
-        from ..runtime.model import open_model
+        from ..runtime.model.model import open_model
 
         return open_model(self.model, self.options)
 

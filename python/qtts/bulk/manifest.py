@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..runtime import config
-from ..runtime.config import check_setting, parse_frame_budget
-from ..runtime.generation import check_text
-from ..runtime.options import RequestOptions, specs_of
+from ..runtime.settings import config
+from ..runtime.settings.config import check_setting, parse_frame_budget
+from ..runtime.settings.generation import check_text
+from ..runtime.settings.options import RequestOptions, specs_of
 
 # The fields an item may carry: qwen-tts's names for the request options declared as manifest
-# fields (runtime/options.py) and the sampling settings. Text fields are checked as text, path
+# fields (runtime/settings/options.py) and the sampling settings. Text fields are checked as text, path
 # fields name files (voice files, reference clips), value fields by the option's own check.
 REQUEST_FIELDS = {name: spec.manifest for name, spec in specs_of(RequestOptions).items() if spec.manifest}
 TEXT_FIELDS = tuple(k for k, kind in REQUEST_FIELDS.items() if kind == "text")
@@ -51,6 +51,7 @@ class Item:
     x_vector_only_mode: bool = False
     seed: int | None = None
     frame_budget: int | str | None = "auto"
+    word_timestamps: bool = False
     sampling: dict[str, Any] = field(default_factory=dict)
 
     @property

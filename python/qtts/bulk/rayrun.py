@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import QttsError
+from ..runtime.aligner.subtitles import from_word_list
 from .local import ModelSpec, split_threads
 from .manifest import Item
 from .synth import Finished
@@ -77,4 +78,5 @@ class RayRunner:
                 error = None if cell["error"] is None else str(cell["error"])
                 yield Finished(str(cell["id"]), None if cell["seed"] is None else int(cell["seed"]),
                                int(cell["sample_rate"]), None if error is not None else batch["audio"][i],
-                               int(cell["frames"]), cell["stop_reason"], json.loads(cell["timings"]), error)
+                               int(cell["frames"]), cell["stop_reason"], json.loads(cell["timings"]), error,
+                               None if cell["words"] is None else from_word_list(json.loads(cell["words"])))

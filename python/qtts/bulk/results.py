@@ -1,10 +1,11 @@
 """The results table of a bulk run, DIR/results.jsonl, and the resume state read back from it.
 
 One JSON line per finished item, appended (flushed and fsynced) only after the item's audio file
-is in place, so a line without error always names a complete file. A rerun takes an id as done
-when its latest line has no error and its file still holds that many samples; a line cut short by
-a kill is ignored, and a partial audio file (atomic.py's `<name>.<pid>.partial`) is never read
-as output and is removed."""
+(and its words file, for an item with word timestamps) is in place, so a line without error
+always names complete files. A rerun takes an id as done when its latest line has no error, its
+file still holds that many samples and, where the item asks for words, its words file in the
+run's format is there; a line cut short by a kill is ignored, and a partial file (atomic.py's
+`<name>.<pid>.partial`) is never read as output and is removed."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from .manifest import Item
 
 RESULTS = "results.jsonl"
 FORMATS = ("wav", "flac")
+WORDS_FORMATS = ("json", "srt", "vtt")  # an item's words file (runtime/aligner/subtitles.py)
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Result:
     seed: int | None
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    timestamps: str | None = None  # the words file, relative to the output folder
 
 
 @dataclass
@@ -73,12 +76,19 @@ def audio_complete(out_dir: Path, rec: dict[str, Any]) -> bool:
         return False
 
 
-def plan(items: Iterable[Item], out_dir: Path, fmt: str, retry_failed: bool) -> Plan:
+def words_complete(out_dir: Path, rec: dict[str, Any], item: Item, words_fmt: str) -> bool:
+    """An item that asks for no words, or a line naming its words file in the run's format, there."""
+    name = f"{item.id}.{words_fmt}"
+    return not item.word_timestamps or (rec.get("timestamps") == name and (out_dir / name).is_file())
+
+
+def plan(items: Iterable[Item], out_dir: Path, fmt: str, retry_failed: bool, words_fmt: str = "json") -> Plan:
     state = read_results(out_dir)
     p = Plan([], [], [])
     for item in items:
         rec = state.get(item.id)
-        if rec is not None and rec.get("file") == f"{item.id}.{fmt}" and audio_complete(out_dir, rec):
+        if (rec is not None and rec.get("file") == f"{item.id}.{fmt}" and audio_complete(out_dir, rec)
+                and words_complete(out_dir, rec, item, words_fmt)):
             p.done.append(item)
         elif rec is not None and rec.get("error") is not None and not retry_failed:
             p.failed_earlier.append(item)

@@ -84,29 +84,36 @@ class Progress:
             self._bar.close()
 
 
-def prepare(items: list[Item], out_dir: Path, fmt: str, retry_failed: bool) -> Plan:
+def prepare(items: list[Item], out_dir: Path, fmt: str, retry_failed: bool, words_fmt: str = "json") -> Plan:
     out_dir.mkdir(parents=True, exist_ok=True)
     clean_partials(out_dir)
-    return plan(items, out_dir, fmt, retry_failed)
+    return plan(items, out_dir, fmt, retry_failed, words_fmt)
 
 
-def write_result(fin: Finished, out_dir: Path, fmt: str) -> Result:
-    """The item's audio file (atomically), then its Result (an error if the file cannot be written)."""
-    from ..runtime.audio import save_audio
+def write_result(fin: Finished, out_dir: Path, fmt: str, words_fmt: str = "json") -> Result:
+    """The item's words file where it has words (in `words_fmt`), then its audio file, each
+    atomically, then its Result (an error if a file cannot be written)."""
+    from ..runtime.aligner.subtitles import write_words
+    from ..runtime.audio.audio import save_audio
 
     name = f"{fin.id}.{fmt}"
     res = Result(fin.id, None, 0.0, fin.frames, 0, fin.sample_rate, fin.stop_reason, fin.seed, fin.timings, fin.error)
     if fin.error is None and fin.samples is not None:
+        words = None if fin.words is None else f"{fin.id}.{words_fmt}"
         try:
+            if fin.words is not None and words is not None:
+                write_words(out_dir / words, fin.words)
             save_audio(out_dir / name, fin.samples, fin.sample_rate)
         except OSError as e:
             res.error = f"{type(e).__name__}: {e}"
             return res
         res.file, res.samples, res.seconds = name, len(fin.samples), len(fin.samples) / fin.sample_rate
+        res.timestamps = words
     return res
 
 
-def run_batch(p: Plan, runner: Runner, out_dir: Path, fmt: str, show_progress: bool) -> Summary:
+def run_batch(p: Plan, runner: Runner, out_dir: Path, fmt: str, show_progress: bool,
+              words_fmt: str = "json") -> Summary:
     """Synthesize the plan's pending items; each result is on disk before the next is taken."""
     s = Summary(skipped=len(p.done), failed_earlier=len(p.failed_earlier))
     t0 = time.perf_counter()
@@ -114,7 +121,7 @@ def run_batch(p: Plan, runner: Runner, out_dir: Path, fmt: str, show_progress: b
     try:
         with ResultsLog(out_dir) as log:
             for fin in runner.run(p.pending) if p.pending else iter(()):
-                res = write_result(fin, out_dir, fmt)
+                res = write_result(fin, out_dir, fmt, words_fmt)
                 log.append(res)
                 if res.error is None:
                     s.done += 1

@@ -20,9 +20,10 @@ import numpy as np
 from .manifest import Item
 
 if TYPE_CHECKING:
-    from ..runtime.audio import Audio
-    from ..runtime.model import Model
-    from ..runtime.voice import Voice
+    from ..runtime.audio.audio import Audio
+    from ..runtime.audio.voice import Voice
+    from ..runtime.model.model import Model
+    from ..runtime.text.words import Word
 
 POLL_S = 0.005  # how often finished jobs are collected: far below a frame's time
 
@@ -38,11 +39,13 @@ class Finished:
     stop_reason: str | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    words: list[Word] | None = None  # the item asked for word timestamps
 
     def set_audio(self, audio: Audio) -> None:
         self.samples = np.asarray(audio.samples, dtype=np.float32)
         self.frames, self.stop_reason = int(audio.timings.frames), audio.stop_reason
         self.timings = asdict(audio.timings)
+        self.words = audio.words
 
 
 def describe(e: BaseException) -> str:
@@ -57,7 +60,7 @@ class Synth:
 
     def voice(self, item: Item) -> Voice | None:
         """The item's voice, made or read once per distinct source (its error, likewise once)."""
-        from ..runtime.voice import Voice
+        from ..runtime.audio.voice import Voice
 
         key: Any = item.reference or (item.voice and ("file", item.voice))
         if not key:
@@ -78,7 +81,7 @@ class Synth:
 
     def run(self, items: Iterable[Item]) -> Iterator[Finished]:
         """Each item's Finished, in the order they finish."""
-        from ..runtime.scheduler import Scheduler
+        from ..runtime.scheduling.scheduler import Scheduler
 
         pending = iter(items)
         window = 2 * self.max_batch

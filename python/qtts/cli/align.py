@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..runtime.options import ALIGN, LoadOptions
+from ..runtime.settings.options import ALIGN, LoadOptions
 from .args import CliError, utf8
 from .common import add_load_arguments, check_input_file, check_writable
 
@@ -55,8 +55,8 @@ def _text(args: argparse.Namespace) -> str | list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runtime.aligner import load_aligner
-    from ..runtime.subtitles import format_of, to_json, write_words
+    from ..runtime.aligner.aligner import load_aligner
+    from ..runtime.aligner.subtitles import format_of, to_json, write_words
     from .common import model_path
 
     check_input_file(args.audio, "AUDIO")

@@ -41,21 +41,21 @@ def checked(kind: type, check: Callable[[Any], Any]) -> Callable[[str], Any]:
 
 
 def setting(name: str) -> Callable[[str], Any]:
-    """A generation setting's flag: parsed as its declared type (runtime/config.py), then checked."""
-    from ..runtime.config import SETTING_SPECS, check_value
+    """A generation setting's flag: parsed as its declared type (runtime/settings/config.py), then checked."""
+    from ..runtime.settings.config import SETTING_SPECS, check_value
 
     spec = SETTING_SPECS[name]
     return checked(int if spec.kind is int else float, lambda v: check_value(name, spec, v))
 
 
 def seed(value: str) -> int:
-    from ..runtime.config import check_seed
+    from ..runtime.settings.config import check_seed
 
     return checked(int, check_seed)(value)  # type: ignore[no-any-return]
 
 
 def threads(value: str) -> int:
-    from ..runtime.config import check_int
+    from ..runtime.settings.config import check_int
 
     return checked(int, lambda v: check_int("threads", v, 1, 1024))(value)  # type: ignore[no-any-return]
 
@@ -86,7 +86,7 @@ def decode_text(data: bytes, where: str) -> str:
 
 def frame_budget(value: str) -> int | str | None:
     """--frame-budget: config.parse_frame_budget, the one reader of a frame budget."""
-    from ..runtime.config import parse_frame_budget
+    from ..runtime.settings.config import parse_frame_budget
 
     try:
         return parse_frame_budget(value)
@@ -96,7 +96,7 @@ def frame_budget(value: str) -> int | str | None:
 
 def vocoder_threads(value: str) -> int | None:
     """--vocoder-threads: "auto" (None) or a count, 0 for serial synthesis."""
-    from ..runtime.config import check_int
+    from ..runtime.settings.config import check_int
 
     if value == "auto":
         return None

@@ -1,4 +1,4 @@
-"""`qtts-cli bench speed|memory|quality|micro|matmul|ops|serve|batch`: the parser; the benchmarks
+"""`qtts-cli bench speed|memory|quality|micro|matmul|ops|serve|batch|align`: the parser; the benchmarks
 themselves are the qtts.bench package (docs/performance.md)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from ..bench.common import TYPES
 from ..bench.serve import BATCHES, parse_batches
-from ..runtime.options import BENCH
+from ..runtime.settings.options import BENCH
 from .args import checked
 from .args import vocoder_threads as vocoder_threads_arg
 from .common import add_load_arguments
@@ -20,7 +20,8 @@ COMMANDS = {"speed": ("speed", "run_speed", "format_speed"), "memory": ("memory"
             "quality": ("quality", "run_quality", "format_quality"), "micro": ("micro", "run_micro", "format_micro"),
             "matmul": ("matmul", "run_matmul", "format_matmul"), "ops": ("ops", "run_ops", "format_ops"),
             "serve": ("serve", "run_serve", "format_serve"), "batch": ("batch", "run_bulk", "format_bulk"),
-            "first-audio": ("first_audio", "run_first_audio", "format_first_audio")}
+            "first-audio": ("first_audio", "run_first_audio", "format_first_audio"),
+            "align": ("align", "run_align", "format_align")}
 RELEASE_HELP = "released configuration to build (default 0.6B-Base)"
 DEVICE_HELP = "cpu (default), auto, or a ggml device name: where the model runs, as qtts.load(device=...)"
 
@@ -139,6 +140,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="the sessions' sampling seed (default 0)")
     _tail(p, quiet=None)
 
+    _add_align(bs)
+
     p = bs.add_parser("batch", help="bulk synthesis: 1 worker, --jobs 2 and --ray with 2 actors")
     p.add_argument("--release", default="0.6B-Base", help=RELEASE_HELP)
     p.add_argument("--type", default="q4_k", choices=TYPES, help="weight type (default q4_k)")
@@ -151,6 +154,25 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads of --streams (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and items (default 0)")
     add_load_arguments(p, BENCH)
+    _tail(p)
+
+
+def _add_align(bs: Any) -> None:
+    from ..runtime.settings.options import OPS
+
+    p = bs.add_parser("align", help="word timestamps: the forced aligner's time and memory per clip, against the "
+                                    "synthesis of the same audio (each in a fresh process)")
+    p.add_argument("-m", "--model", help="benchmark this aligner GGUF instead of a random-weight build")
+    p.add_argument("--type", default="q8_0", choices=TYPES, help="weight type of the aligner build (default q8_0)")
+    p.add_argument("--tts-model", help="synthesize with this GGUF instead of a random 0.6B-CustomVoice build")
+    p.add_argument("--tts-type", default="q4_k", choices=TYPES,
+                   help="weight type of the 0.6B-CustomVoice build (default q4_k)")
+    p.add_argument("--seconds", nargs="+", type=_positive(float, "seconds"), default=[3.0, 10.0],
+                   help="clip lengths, one fresh process each (default: 3 10)")
+    p.add_argument("--repeat", type=_positive(int, "repeat"), default=3, help="alignments per clip, the best kept")
+    p.add_argument("--ops", default="auto", choices=OPS, help="the aligner's path (default auto: native on the CPU)")
+    p.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     _tail(p)
 
 

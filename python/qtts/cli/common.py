@@ -7,19 +7,19 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..runtime import options
+from ..runtime.settings import options
 from .args import CliError
 from .progress import tensor_log
 
 
 def add_load_arguments(p: argparse._ActionsContainer, command: str) -> None:
-    """The load options `command` takes as flags (runtime/options.py, LoadOptions)."""
+    """The load options `command` takes as flags (runtime/settings/options.py, LoadOptions)."""
     options.add_arguments(p, options.LoadOptions, command)
 
 
 def make_scheduler(model: Any, batching: options.BatchOptions) -> Any:
     """A server's Scheduler over `model`, its limits by the device where not given (serve, wyoming)."""
-    from ..runtime.scheduler import QUEUE_PER_SLOT, Scheduler, default_limits
+    from ..runtime.scheduling.scheduler import QUEUE_PER_SLOT, Scheduler, default_limits
 
     max_batch = default_limits(model)[0] if batching.max_batch is None else batching.max_batch
     max_queue = QUEUE_PER_SLOT * max_batch if batching.max_queue is None else batching.max_queue
@@ -28,9 +28,11 @@ def make_scheduler(model: Any, batching: options.BatchOptions) -> Any:
 
 def load_model(args: argparse.Namespace, **given: Any) -> Any:
     """qtts.load with the command's load options (`given` over its flags), where a repo id's
-    one-time conversion reports like `convert` does."""
-    from ..runtime.model import open_model
+    one-time conversion (the model's, --aligner's) reports like `convert` does."""
+    from ..runtime.model.model import open_model
 
+    if "aligner" not in given and getattr(args, "aligner", None) is not None:
+        given["aligner"] = model_path(args, args.aligner)
     return open_model(model_path(args), options.LoadOptions.from_args(args, **given))
 
 

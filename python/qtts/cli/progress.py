@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..runtime.speech import Progress, ProgressCallback
+    from ..runtime.synthesis.speech import Progress, ProgressCallback
 
 
 TENSOR_LINE = re.compile(r"\[(\d+)/(\d+)\] ")  # gguf_write's per-tensor log line

@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..runtime import options
-from ..runtime.options import SERVE, BatchOptions
+from ..runtime.settings import options
+from ..runtime.settings.options import SERVE, BatchOptions
 from .args import CliError, UsageError
 from .common import add_load_arguments, load_model
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         from ..server.http_limits import head_timeout_protocol
     except ImportError as e:
         raise ImportError(f"qtts-cli serve needs the server extra ({e}): pip install 'qtts[server]'") from None
-    from ..runtime.scheduler import QUEUE_PER_SLOT, Scheduler, default_limits
+    from ..runtime.scheduling.scheduler import QUEUE_PER_SLOT, Scheduler, default_limits
 
     if opts.voices is not None and Path(opts.voices).exists() and not Path(opts.voices).is_dir():
         raise NotADirectoryError(f"--voices {opts.voices}: not a folder")

@@ -15,7 +15,7 @@ from types import FrameType
 from typing import Any
 
 from ..errors import QttsError
-from ..runtime.options import BatchOptions, LoadOptions, RayServeOptions, ServeOptions
+from ..runtime.settings.options import BatchOptions, LoadOptions, RayServeOptions, ServeOptions
 from .args import UsageError
 from .common import model_path
 
@@ -41,8 +41,8 @@ def run(args: argparse.Namespace, opts: ServeOptions, batch: BatchOptions, scale
     except ImportError as e:
         raise ImportError(f"qtts-cli serve --ray needs Ray Serve ({e}): pip install 'qtts[serve]'") from None
     from ..bulk.local import split_threads
-    from ..runtime.engine import Engine
-    from ..runtime.model import check_gguf_path
+    from ..runtime.engine.engine import Engine
+    from ..runtime.model.model import check_gguf_path
 
     if opts.port == 0:
         raise UsageError("--ray needs a --port other than 0: Serve's proxies bind the port given, on every node")
@@ -50,7 +50,8 @@ def run(args: argparse.Namespace, opts: ServeOptions, batch: BatchOptions, scale
     check_gguf_path(Path(path))
     Engine.metadata(path)  # a bad file is one clear error here, not a replica failing over and over
     threads = split_threads(LoadOptions.from_args(args).n_threads, scale.most_replicas)
-    load = LoadOptions.from_args(args, n_threads=threads)
+    aligner = None if args.aligner is None else model_path(args, args.aligner)  # a repo id converted once, here
+    load = LoadOptions.from_args(args, n_threads=threads, aligner=aligner)
     model_id = opts.model_name or (Path(args.model).stem if Path(args.model).suffix == ".gguf" else str(args.model))
     app = ray_serve.serve_app(path, load=load, serve=opts, batch=batch, scale=scale, model_id=model_id)
     if scale.most_replicas > 1 and opts.voices is None and not args.quiet:
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace, opts: ServeOptions, batch: BatchOptions, scale
             # the proxies of a local instance inherit this; a cluster's nodes are started with it (serving.md)
             os.environ.setdefault(ray_serve.PROXY_CALLBACK, ray_serve.PROXY_CALLBACK_PATH)
             ray.init(address=scale.address, num_cpus=None if scale.address else threads * scale.most_replicas,
-                     include_dashboard=False, log_to_driver=False,
+                     include_dashboard=False, log_to_driver=False, runtime_env=ray_serve.NORMAL_PRIORITY,
                      logging_level=logging.ERROR if args.quiet else logging.WARNING)
             started_ray = True  # a local instance stops at shutdown; a cluster is only left
             for sig in previous:  # Ray's core installs its own SIGTERM handler, which would kill the driver

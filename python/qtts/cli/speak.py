@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..runtime import config
-from ..runtime.options import SPEAK, RequestOptions, add_arguments
-from ..runtime.text import SPLIT_ABOVE_CHARS
+from ..runtime.settings import config
+from ..runtime.settings.options import SPEAK, RequestOptions, add_arguments
+from ..runtime.text.text import SPLIT_ABOVE_CHARS
 from .args import CliError, decode_text, frame_budget, utf8
 from .args import seed as seed_arg
 from .args import setting as setting_arg
@@ -26,8 +26,8 @@ from .progress import generation_bar
 from .voice import add_clone_source, check_clone_args, clone_voice, voice_mode
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
-    from ..runtime.cloning import CloneTimings
-    from ..runtime.voice import Voice
+    from ..runtime.audio.voice import Voice
+    from ..runtime.synthesis.cloning import CloneTimings
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg")
 # The settings --greedy turns off: the one flag of the two networks' do_sample.
@@ -36,7 +36,7 @@ GREEDY = ("do_sample", "subtalker_dosample")
 
 def sampling(args: argparse.Namespace) -> dict[str, Any]:
     """The generation settings given on the command line; the model's defaults fill the rest.
-    The flags are the settings declared with a flag (runtime/config.py), each flag's dest the
+    The flags are the settings declared with a flag (runtime/settings/config.py), each flag's dest the
     setting's name (--top-k -> top_k); --greedy turns off sampling in both networks (GREEDY)."""
     s = {k: getattr(args, k) for k, spec in config.SETTING_SPECS.items() if spec.cli and getattr(args, k) is not None}
     if args.greedy:
@@ -123,23 +123,23 @@ def _progress(args: argparse.Namespace) -> bool:
     return not args.quiet and sys.stderr.isatty()
 
 
-def _synth(model: Any, text: str, kw: dict[str, Any], show: bool) -> tuple[Any, str, Any]:
-    """Eager synthesis: (samples, stop_reason, timings), with a progress bar on a terminal."""
+def _synth(model: Any, text: str, kw: dict[str, Any], show: bool) -> tuple[Any, str, Any, Any]:
+    """Eager synthesis: (samples, stop_reason, timings, words), with a progress bar on a terminal."""
     with generation_bar(show) as progress:
         audio = model.synthesize(text, progress=progress, **kw)
-    return audio.samples, audio.stop_reason, audio.timings
+    return audio.samples, audio.stop_reason, audio.timings, audio.words
 
 
 def _stream_raw(model: Any, text: str | None, kw: dict[str, Any], args: argparse.Namespace
-                ) -> tuple[Any, str, Any]:
+                ) -> tuple[Any, str, Any, Any]:
     """Stream s16le PCM to stdout as it is generated (--raw), or collect the samples:
-    (samples or None, stop_reason, timings). text None: --text-stream, stdin as it arrives."""
+    (samples or None, stop_reason, timings, words). text None: --text-stream, stdin as it arrives."""
     import numpy as np
 
-    from ..runtime.audio import Timings, pcm16
-    from ..runtime.speech import Progress
+    from ..runtime.audio.audio import Timings, pcm16
+    from ..runtime.synthesis.speech import Progress
 
-    timings, out, frames, n, reason = Timings(), sys.stdout.buffer, 0, 0, "eos"
+    timings, out, frames, n, reason, words = Timings(), sys.stdout.buffer, 0, 0, "eos", []
     t0 = time.perf_counter()
     if text is None:
         chunks = model.stream_text(_stdin_fragments(), timings=timings, **kw)
@@ -149,6 +149,7 @@ def _stream_raw(model: Any, text: str | None, kw: dict[str, Any], args: argparse
     with generation_bar(_progress(args)) as progress:
         try:
             for chunk in chunks:
+                words += chunk.words or []
                 if not args.raw:
                     parts.append(chunk.samples)
                     continue
@@ -160,30 +161,34 @@ def _stream_raw(model: Any, text: str | None, kw: dict[str, Any], args: argparse
                     progress(Progress(frames, 0, 0, 1, n / model.sample_rate, time.perf_counter() - t0))
         finally:
             chunks.close()
-    return (None if args.raw else np.concatenate(parts)), reason, timings
+    return (None if args.raw else np.concatenate(parts)), reason, timings, words
 
 
 def _write(samples: Any, sample_rate: int, dest: str) -> None:
     if dest == "-":
-        from ..runtime.audio import write_audio
+        from ..runtime.audio.audio import write_audio
 
         buf = io.BytesIO()
         write_audio(buf, samples, sample_rate, "WAV", "PCM_16")
         sys.stdout.buffer.write(buf.getvalue())
         sys.stdout.buffer.flush()
     else:
-        from ..runtime.audio import save_audio
+        from ..runtime.audio.audio import save_audio
 
         save_audio(dest, samples, sample_rate)
 
 
 def _check_timestamps(args: argparse.Namespace) -> None:
-    """--timestamps: one words file for one audio output, checked before anything loads."""
-    from ..runtime.subtitles import format_of
+    """--timestamps: one words file for one output, checked before anything loads; --aligner
+    goes with it."""
+    from ..runtime.aligner.subtitles import format_of
 
-    if args.output_dir is not None or args.raw or args.text_stream:
-        raise CliError("--timestamps times the words of one output whose text is known up front: drop "
-                       "--output-dir / --raw / --text-stream")
+    if not args.timestamps:
+        if args.aligner is not None:
+            raise CliError("--aligner times the words of --timestamps FILE: add it, or drop --aligner")
+        return
+    if args.output_dir is not None:
+        raise CliError("--timestamps writes the words of one output: drop --output-dir")
     try:
         format_of(args.timestamps)
     except ValueError as e:
@@ -191,15 +196,18 @@ def _check_timestamps(args: argparse.Namespace) -> None:
     check_writable(Path(args.timestamps))
 
 
-def _write_timestamps(args: argparse.Namespace, samples: Any, sample_rate: int, text: str) -> str:
-    """The words of the synthesized audio, timed by the forced aligner (docs/aligner.md), written
-    to --timestamps."""
-    from ..runtime.aligner import load_aligner, tts_language
-    from ..runtime.subtitles import write_words
+def _aligner(args: argparse.Namespace) -> str | None:
+    """The load option aligner: --aligner (default: the released one) with --timestamps, else none."""
+    from .align import DEFAULT_ALIGNER
     from .common import model_path
 
-    with load_aligner(model_path(args, args.aligner), n_threads=args.n_threads, device=args.device) as aligner:
-        words = aligner.align((samples, sample_rate), text, tts_language(aligner, args.language))
+    return model_path(args, args.aligner or DEFAULT_ALIGNER) if args.timestamps else None
+
+
+def _write_timestamps(args: argparse.Namespace, words: list[Any]) -> str:
+    """The words the model's aligner timed (docs/aligner.md), written to --timestamps."""
+    from ..runtime.aligner.subtitles import write_words
+
     write_words(args.timestamps, words)
     if _progress(args):
         print(f"{args.timestamps}: {len(words)} words timed", file=sys.stderr)
@@ -244,16 +252,15 @@ def run(args: argparse.Namespace) -> int:
         if args.output == "-":
             _refuse_tty_stdout("audio")
     to_stdout = args.raw or (args.output == "-" and args.output_dir is None)
-    if args.timestamps:
-        _check_timestamps(args)
+    _check_timestamps(args)
     check_clone_args(args)
     voice, clone = None, None
     if args.voice is not None:
-        from ..runtime.voice import Voice
+        from ..runtime.audio.voice import Voice
 
         voice = Voice.load(args.voice)  # cheap, and a bad file should not cost a model load
 
-    model = load_model(args)
+    model = load_model(args, aligner=_aligner(args))
     if args.ref_audio is not None:
         voice, clone = clone_voice(model, args)
     elif voice is None and model.variant == "base":
@@ -261,7 +268,8 @@ def run(args: argparse.Namespace) -> int:
                        "--x-vector-only), or --voice FILE from `qtts-cli voice create`")
     seed = secrets.randbits(63) if args.seed is None else args.seed
     kw = dict(speaker=args.speaker, language=args.language, instruct=args.instruct, voice=voice, seed=seed,
-              frame_budget=args.frame_budget, split_sentences=False if args.no_split else "auto", **sampling(args))
+              frame_budget=args.frame_budget, split_sentences=False if args.no_split else "auto",
+              word_timestamps=bool(args.timestamps), **sampling(args))
     sr = model.sample_rate
     if args.raw and not args.quiet:
         print(f"qtts-cli: raw s16le PCM, {sr} Hz mono on stdout; play it with\n"
@@ -270,11 +278,11 @@ def run(args: argparse.Namespace) -> int:
     outputs = []
     for i, (job, dest) in enumerate(zip(jobs, dests, strict=True)):
         if args.raw or args.text_stream:
-            samples, reason, timings = _stream_raw(model, job, kw, args)
+            samples, reason, timings, words = _stream_raw(model, job, kw, args)
             if not args.raw:
                 _write(samples, sr, dest)
         else:
-            samples, reason, timings = _synth(model, job, kw, _progress(args))
+            samples, reason, timings, words = _synth(model, job, kw, _progress(args))
             _write(samples, sr, dest)
         if clone is not None and i == 0:  # the reference was encoded once, ahead of the first line
             timings.speaker_encode_ms, timings.codec_encode_ms = clone.speaker_encode_ms, clone.codec_encode_ms
@@ -292,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
         if reason == "cancelled":
             break
         if args.timestamps:
-            outputs[-1]["timestamps"] = _write_timestamps(args, samples, sr, job or "")
+            outputs[-1]["timestamps"] = _write_timestamps(args, words)
     if args.json:
         report = dict(model=str(model.path), variant=model.variant, device=model.device, sample_rate=sr,
                       speaker=args.speaker, language=args.language, instruct=args.instruct, seed=seed,
@@ -312,7 +320,7 @@ def _add_voice_arguments(s: argparse.ArgumentParser) -> None:
 
 def add_sampling_arguments(s: argparse.ArgumentParser, split: bool = True) -> None:
     """The sampling flags (shared with `batch`, whose items are never split differently: no
-    --no-split): one per setting declared with a flag, in declaration order (runtime/config.py)."""
+    --no-split): one per setting declared with a flag, in declaration order (runtime/settings/config.py)."""
     g = s.add_argument_group("sampling (defaults: the model's generation_config)")
     g.add_argument("-s", "--seed", type=seed_arg,
                    help="sampling seed in [0, 2**64) (default: random; speak --json reports it)")
@@ -354,11 +362,9 @@ def add_parser(sub: Any) -> None:
     add_sampling_arguments(s)
     r = s.add_argument_group("runtime and reporting")
     add_load_arguments(r, SPEAK)
-    w = s.add_argument_group("word timestamps (docs/aligner.md)")
-    w.add_argument("--timestamps", metavar="FILE",
-                   help="also write when each word is spoken to FILE (.srt, .vtt or .json), timed by the aligner")
-    w.add_argument("--aligner", default="Qwen/Qwen3-ForcedAligner-0.6B",
-                   help="the forced aligner: a converted .gguf or its repo id (default: %(default)s)")
+    s.add_argument("--timestamps", metavar="FILE",
+                   help="also write when each word is spoken to FILE (.srt, .vtt or .json), timed by --aligner "
+                        "(default: Qwen/Qwen3-ForcedAligner-0.6B; docs/aligner.md)")
     r.add_argument("--timings", action="store_true", help="print a timing table on stderr")
     r.add_argument("--json", action="store_true",
                    help="print a JSON report on stdout (on stderr when the audio goes to stdout)")

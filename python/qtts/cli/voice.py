@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..runtime.options import VOICE
+from ..runtime.settings.options import VOICE
 from .args import CliError, utf8
 from .common import add_load_arguments, check_input_file, check_writable, load_model
 from .progress import busy
 
 if TYPE_CHECKING:  # the CLI imports the library lazily, so that --help and usage errors stay instant
-    from ..runtime.cloning import CloneTimings
-    from ..runtime.voice import Voice
+    from ..runtime.audio.voice import Voice
+    from ..runtime.synthesis.cloning import CloneTimings
 
 
 def add_clone_source(g: Any, ref_audio_into: Any, required: bool) -> None:
@@ -47,7 +47,7 @@ def check_clone_args(args: argparse.Namespace) -> None:
 def clone_voice(model: Any, args: argparse.Namespace) -> tuple[Voice, CloneTimings]:
     """(Voice, CloneTimings) from --ref-audio, made once so every line reuses it; through the
     model's voice cache, as synthesize(ref_audio=...) would."""
-    from ..runtime import cloning
+    from ..runtime.synthesis import cloning
 
     show = not args.quiet and sys.stderr.isatty()
     with busy("encoding the reference clip (speaker embedding, codec)", show):

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..runtime import options
-from ..runtime.options import WYOMING, BatchOptions, RequestOptions, ServeOptions, WyomingOptions
+from ..runtime.settings import options
+from ..runtime.settings.options import WYOMING, BatchOptions, RequestOptions, ServeOptions, WyomingOptions
 from .common import add_load_arguments, load_model, make_scheduler
 from .speak import add_sampling_arguments, sampling
 

@@ -3,11 +3,13 @@ file of its own architecture (docs/aligner.md, "The file").
 
 The file holds the audio encoder, the decoder with its timestamp head, the ids the prompt needs,
 the time one timestamp class stands for, the log-mel front end the encoder expects (from
-preprocessor_config.json) and the text tokenizer. Tensors keep their checkpoint layout (the
-convolutions as torch's [out, in, 3, 3], which is ggml_conv_2d's kernel order); nothing is
-folded. Weight types follow the converter's and the quantizer's policy (convert/quantize.py): the
-projections of both transformers, the encoder's conv output projection and the head change type,
-the token table is read as a table, norms, biases and the convolutions stay F32.
+preprocessor_config.json) and the text tokenizer. Tensors keep their checkpoint layout; nothing
+is folded. The first convolution (one input channel) stays torch's [out, 1, 3, 3], the two
+others are stored as the matrices [out, in * 9] they are multiplied as (the same values in the
+same order: ggml_im2col's columns are (in, row, column)). Weight types follow the converter's and
+the quantizer's policy (convert/quantize.py): the projections of both transformers, the second
+and third convolutions, the encoder's conv output projection and the head change type, the token
+table is read as a table, norms, biases and the first convolution stay F32.
 """
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from gguf import GGUFWriter
 
-from ..runtime.tokenizer import tokenizer_metadata
+from ..runtime.text.tokenizer import tokenizer_metadata
 from ..threads import resolve_threads
 from . import hfconfig
 from .gguf_write import OutTensor, write_gguf
@@ -134,6 +137,11 @@ def metadata(root: Path) -> list[tuple[str, Any, str]]:
     return kv
 
 
+def _flatten_kernel(refs: list[np.ndarray]) -> np.ndarray:
+    """A Conv2d kernel [out, in, kh, kw] as the matrix [out, in * kh * kw] it is multiplied as."""
+    return refs[0].reshape(refs[0].shape[0], -1)
+
+
 def plan(model: dict[str, TensorRef]) -> list[Entry]:
     """Every checkpoint tensor's GGUF entry; an unknown tensor is an error."""
     entries = []
@@ -151,8 +159,11 @@ def _entry(name: str, ref: TensorRef) -> Entry | None:
         return Entry(gname, [ref], ref.shape, role)
     m = re.fullmatch(r"thinker\.audio_tower\.conv2d([123])\.(weight|bias)", name)
     if m:
-        pattern = TN.AENC_CONV if m.group(2) == "weight" else TN.AENC_CONV_B
-        return Entry(pattern % (int(m.group(1)) - 1), [ref], ref.shape, "f32")
+        i = int(m.group(1)) - 1
+        if m.group(2) == "bias" or i == 0:
+            return Entry((TN.AENC_CONV_B if m.group(2) == "bias" else TN.AENC_CONV) % i, [ref], ref.shape, "f32")
+        out, cin, kh, kw = ref.shape
+        return Entry(TN.AENC_CONV % i, [ref], (out, cin * kh * kw), "linear", _flatten_kernel)
     for prefix, net, table in (("thinker.audio_tower.layers.", TN.AENC, _ENC_LAYER),
                                ("thinker.model.layers.", TN.ADEC, _DEC_LAYER)):
         if name.startswith(prefix):

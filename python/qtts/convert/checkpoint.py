@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter
 
-from ..runtime.tokenizer import tokenizer_metadata
+from ..runtime.text.tokenizer import tokenizer_metadata
 from ..threads import resolve_threads
 from . import hfconfig
 from .aligner import convert_aligner, is_aligner

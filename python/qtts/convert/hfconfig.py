@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime.config import model_defaults
+from ..runtime.settings.config import model_defaults
 from .names import KV
 
 VARIANTS = ("base", "custom_voice", "voice_design")
 # The released models' generation_config.json values, for a checkpoint without the file or some
-# of its keys: declared with the settings (runtime/config.py), their one home.
+# of its keys: declared with the settings (runtime/settings/config.py), their one home.
 GENERATION_DEFAULTS: dict[str, Any] = model_defaults()
 
 

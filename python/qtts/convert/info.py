@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..runtime.aligner_engine import AlignerEngine, file_architecture
-from ..runtime.context import supported_languages
-from ..runtime.engine import Engine, available_devices
-from ..runtime.model import check_gguf_path
+from ..runtime.aligner.aligner_engine import AlignerEngine, file_architecture
+from ..runtime.engine.context import supported_languages
+from ..runtime.engine.engine import Engine, available_devices
+from ..runtime.model.model import check_gguf_path
 from .names import KV
 
 

@@ -26,7 +26,7 @@ import math
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,8 +166,13 @@ def _stored(x: np.ndarray, dtype: str) -> np.ndarray:
 
 def _chunks(table: dict[str, Any], section: str, name: str, seed: int) -> Iterator[np.ndarray]:
     """The tensor's stored elements, flat, in chunks."""
-    shape, dtype = table[section][name]
-    init = tensor_init(table, section, name)
+    return _chunks_of(table[section][name], tensor_init(table, section, name), seed, name)
+
+
+def _chunks_of(entry: tuple[list[int], str], init: Init, seed: int, name: str) -> Iterator[np.ndarray]:
+    """The stored elements of a tensor of entry (shape, dtype) drawn from `init`, flat, in chunks
+    (also the aligner's, convert/randaligner.py)."""
+    shape, dtype = entry
     rng = _rng(seed, name)
     n = math.prod(shape)
     for start in range(0, n, _CHUNK):
@@ -204,9 +209,14 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def _write_safetensors(path: Path, table: dict[str, Any], section: str, seed: int) -> None:
+    _write_tensors(path, table[section], lambda name: _chunks(table, section, name, seed))
+
+
+def _write_tensors(path: Path, tensors: dict[str, Any], chunks: Callable[[str], Iterator[np.ndarray]]) -> None:
+    """A safetensors file of `tensors` {name: (shape, dtype)}, each one's data from chunks(name)."""
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
-    for name, (shape, dtype) in table[section].items():
+    for name, (shape, dtype) in tensors.items():
         nbytes = math.prod(shape) * _ITEMSIZE[dtype]
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
@@ -217,8 +227,8 @@ def _write_safetensors(path: Path, table: dict[str, Any], section: str, seed: in
         with open(partial, "wb") as f:
             f.write(struct.pack("<Q", len(raw)))
             f.write(raw)
-            for name in table[section]:
-                for chunk in _chunks(table, section, name, seed):
+            for name in tensors:
+                for chunk in chunks(name):
                     f.write(chunk.data)
             if f.tell() != 8 + len(raw) + offset:
                 raise RuntimeError(f"internal error: {path} has {f.tell()} bytes, planned {8 + len(raw) + offset}")
@@ -233,7 +243,7 @@ def _write_tokenizer(out: Path, config: dict[str, Any]) -> None:
     ids, so that prompts have the released layout: [151644, 77091, 198, ...]."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
-    from ..runtime.tokenizer import QWEN2_REGEX
+    from ..runtime.text.tokenizer import QWEN2_REGEX
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([

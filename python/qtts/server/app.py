@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..aliases import VoiceAliases
 from ..errors import QttsError
-from ..runtime.scheduler import Scheduler
+from ..runtime.scheduling.scheduler import Scheduler
 from .aliases import voice_list
 from .drain import Drain
 from .errors import ApiError, clone_error, error_response, install

@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 
-from ..runtime.audio import pcm16, to_int16
+from ..runtime.audio.audio import pcm16, to_int16
 from .errors import ApiError
 
 STREAMED = ("pcm", "wav")

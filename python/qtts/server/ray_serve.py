@@ -17,8 +17,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..runtime.options import BatchOptions, LoadOptions, Options, RayServeOptions, ServeOptions, specs_of
-from ..runtime.scheduler import DEVICE_MAX_BATCH, QUEUE_PER_SLOT, Scheduler, default_limits
+from ..runtime.scheduling.scheduler import DEVICE_MAX_BATCH, QUEUE_PER_SLOT, Scheduler, default_limits
+from ..runtime.settings.options import BatchOptions, LoadOptions, Options, RayServeOptions, ServeOptions, specs_of
 from .app import create_app
 from .errors import error_body
 from .shared_voices import SharedVoiceStore
@@ -51,7 +51,7 @@ class Replica:
     def __init__(self, model: str, load: LoadOptions, serve: ServeOptions, batch: BatchOptions, model_id: str) -> None:
         from ray import serve as ray_serve
 
-        from ..runtime.model import open_model
+        from ..runtime.model.model import open_model
 
         self.replica_id = ray_serve.get_replica_context().replica_id.unique_id
         self.model = open_model(model, load)
@@ -146,6 +146,13 @@ class QueuePolicy:
         return math.ceil(sum(requests.values()) / per_replica), {}
 
 
+# Ray starts its workers at nice 15, made for batch tasks. A replica's threads meet at every op,
+# so any process at normal priority that takes one of its cores stalls them all, and the
+# proxies relay every stream's bytes: both run at the single server's priority (docs/ray-serve.md,
+# "Priority"). Ray reads this variable from a worker's runtime environment when it starts one.
+NORMAL_PRIORITY = {"env_vars": {"RAY_worker_niceness": "0"}}
+
+
 def deployment_options(load: LoadOptions, serve: ServeOptions, batch: BatchOptions, scale: RayServeOptions,
                        threads: int) -> dict[str, Any]:
     """serve.deployment's settings: the replicas (fixed or autoscaled), each reserving its
@@ -155,7 +162,7 @@ def deployment_options(load: LoadOptions, serve: ServeOptions, batch: BatchOptio
     # what a replica's Scheduler holds at most (a CPU replica's defaults are lower; its own 429
     # then answers what it cannot queue)
     ongoing = max_batch + (QUEUE_PER_SLOT * max_batch if batch.max_queue is None else batch.max_queue)
-    resources: dict[str, Any] = {"num_cpus": threads}
+    resources: dict[str, Any] = {"num_cpus": threads, "runtime_env": NORMAL_PRIORITY}
     if load.device.lower() not in ("auto", "cpu"):  # Ray then shows the replica its GPU alone (gpu.md)
         resources["num_gpus"] = 1
     opts: dict[str, Any] = dict(name=DEPLOYMENT, ray_actor_options=resources,

@@ -1,9 +1,9 @@
 """Request bodies with OpenAI's field names, plus qwen-tts's through `extra_body`
 (docs/serving.md, "Server"). Types and ranges the API itself fixes are checked here; the
 generation settings are checked by GenerationConfig and the model, as for every other caller.
-The settings' fields are derived from their declarations (runtime/config.py): each setting
+The settings' fields are derived from their declarations (runtime/settings/config.py): each setting
 declared `server` is an optional field of its declared type; so are the request options declared
-`server` (runtime/options.py), which keep their qwen-tts names."""
+`server` (runtime/settings/options.py), which keep their qwen-tts names."""
 from __future__ import annotations
 
 import typing
@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
-from ..runtime import config
-from ..runtime.options import RequestOptions, defaults_of, specs_of
+from ..runtime.settings import config
+from ..runtime.settings.options import RequestOptions, defaults_of, specs_of
 
 # OpenAI's limit for input; also the bound of the other texts that become prompt tokens
 # (instructions, a description in voice, ref_text). Longer input is split into sentences anyway.

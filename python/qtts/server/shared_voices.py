@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
-from ..runtime.voice import Voice
+from ..runtime.audio.voice import Voice
 from .errors import ApiError
 from .voices import _ID, SUFFIX, VoiceStore, log
 

@@ -18,18 +18,20 @@ from typing import Any
 
 import numpy as np
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from ..aliases import VoiceAliases
 from ..errors import QttsError
-from ..runtime.audio import AudioChunk, pcm16
-from ..runtime.scheduler import Job, QueueFull, Scheduler, SchedulerClosed
+from ..runtime.audio.audio import AudioChunk, pcm16
+from ..runtime.scheduling.scheduler import Job, QueueFull, Scheduler, SchedulerClosed
+from ..runtime.text.words import Word
 from .aliases import resolve_voice
 from .drain import Drain
 from .errors import ApiError, bad_argument, clone_error, error_body
 from .formats import MEDIA_TYPES, STREAMED, change_speed, check_format, encode, wav_header
 from .schemas import SpeechRequest
+from .timestamps import check_timestamps, speech_json, usage, words_event
 from .voices import VoiceStore
 
 log = logging.getLogger("qtts.server")
@@ -89,8 +91,9 @@ def _job_args(served: Served, body: SpeechRequest) -> dict[str, Any]:
     model = served.model
     variant = model.variant
     # long input: sentence pieces streamed one after another, as Model.stream does by default
+    check_timestamps(model, body)
     args: dict[str, Any] = {"language": body.language, "seed": body.seed, "split_sentences": "auto",
-                            **body.sampling()}
+                            "word_timestamps": body.word_timestamps, **body.sampling()}
     cloning = body.ref_audio is not None or body.ref_text is not None or body.x_vector_only_mode
     if variant != "base" and cloning:
         field_name = ("ref_audio" if body.ref_audio is not None else "ref_text" if body.ref_text is not None
@@ -186,11 +189,12 @@ async def _watch(receive: Receive, job: Job) -> None:
 
 
 class _Tracked:
-    """The job's chunks, counting frames and timing the first audio."""
+    """The job's chunks, counting frames and words and timing the first audio."""
 
     def __init__(self, served: Served, job: Job) -> None:
         self.served, self.job = served, job
         self.frames = 0
+        self.words = 0
         self.stop_reason: str | None = None
         self._t0 = time.perf_counter()
         self._heard = False
@@ -198,6 +202,7 @@ class _Tracked:
     async def chunks(self) -> AsyncIterator[AudioChunk]:
         async for chunk in self.job:
             self.frames += len(chunk.codes)
+            self.words += len(chunk.words or ())
             self.stop_reason = chunk.stop_reason or self.stop_reason
             if not self._heard and len(chunk.samples):
                 self._heard = True
@@ -205,16 +210,27 @@ class _Tracked:
             yield chunk
 
 
-async def _audio_bytes(tracked: _Tracked, fmt: str, speed: float, sample_rate: int) -> AsyncIterator[bytes]:
-    """The response body in pieces: pcm and wav at speed 1.0 as generated, the rest whole."""
+# What a response is made of: audio bytes, or a piece's words (word_timestamps) as they come.
+Part = bytes | list[Word]
+
+
+async def _audio_bytes(tracked: _Tracked, fmt: str, speed: float, sample_rate: int) -> AsyncIterator[Part]:
+    """The response body in pieces: pcm and wav at speed 1.0 as generated, the rest whole; each
+    piece's words where they come (after its audio, or before the whole file)."""
     if fmt in STREAMED and speed == 1.0:
         if fmt == "wav":
             yield wav_header(sample_rate, None)
         async for chunk in tracked.chunks():
-            if len(chunk.samples):
+            if chunk.words is not None:
+                yield chunk.words
+            elif len(chunk.samples):
                 yield pcm16(chunk.samples)
         return
-    parts = [chunk.samples async for chunk in tracked.chunks()]
+    parts = []
+    async for chunk in tracked.chunks():
+        if chunk.words is not None:
+            yield chunk.words
+        parts.append(chunk.samples)
     if tracked.stop_reason != "cancelled":
         samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
         yield await run_in_threadpool(_encode, samples, sample_rate, fmt, speed)
@@ -228,9 +244,13 @@ def _sse(event: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(event)}\n\n".encode()
 
 
-async def _sse_events(tracked: _Tracked, audio: AsyncIterator[bytes], input_tokens: int) -> AsyncIterator[bytes]:
+async def _sse_events(tracked: _Tracked, audio: AsyncIterator[Part], input_tokens: int,
+                      timed: bool) -> AsyncIterator[bytes]:
     try:
         async for data in audio:
+            if isinstance(data, list):
+                yield _sse(words_event(data))
+                continue
             yield _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
     except Exception as e:
         err = job_error(e)
@@ -240,16 +260,15 @@ async def _sse_events(tracked: _Tracked, audio: AsyncIterator[bytes], input_toke
         yield _sse({"type": "error", **error_body("the request was cancelled: the server is shutting down",
                                                   "server_error", None, "cancelled")})
         return
-    frames = tracked.frames
-    usage = {"input_tokens": input_tokens, "output_tokens": frames, "total_tokens": input_tokens + frames}
-    yield _sse({"type": "speech.audio.done", "usage": usage})
+    yield _sse({"type": "speech.audio.done", "usage": usage(input_tokens, tracked.frames,
+                                                            tracked.words if timed else None)})
 
 
 class JobResponse(Response):
     """Streams a job's bytes; the job is cancelled when the client leaves or the response task
     is cancelled (shutdown), and an engine failure mid-stream ends the body early."""
 
-    def __init__(self, job: Job, body: AsyncIterator[bytes], media_type: str, watcher: asyncio.Task[None]) -> None:
+    def __init__(self, job: Job, body: AsyncIterator[Any], media_type: str, watcher: asyncio.Task[None]) -> None:
         self.status_code = 200
         self.raw_headers = [(b"content-type", media_type.encode("latin-1")), (b"cache-control", b"no-store")]
         self.background = None
@@ -285,7 +304,7 @@ async def speech(served: Served, body: SpeechRequest, receive: Receive) -> Respo
     audio = _audio_bytes(tracked, body.response_format, body.speed, rate)
     if body.stream_format is None:
         try:
-            data = b"".join([piece async for piece in audio])
+            parts = [piece async for piece in audio]
         except Exception as e:
             raise job_error(e) from None
         finally:
@@ -295,9 +314,16 @@ async def speech(served: Served, body: SpeechRequest, receive: Receive) -> Respo
         if tracked.stop_reason == "cancelled":
             raise ApiError(503, "the request was cancelled (the server is shutting down or the client left)",
                            type="server_error", code="cancelled")
-        return Response(data, media_type=MEDIA_TYPES[body.response_format])
+        data = b"".join(p for p in parts if isinstance(p, bytes))
+        if not body.word_timestamps:
+            return Response(data, media_type=MEDIA_TYPES[body.response_format])
+        words = [w for p in parts if isinstance(p, list) for w in p]
+        tokens = await run_in_threadpool(lambda: len(served.model.tokenizer.encode(body.input)))
+        return JSONResponse(speech_json(data, body.response_format, rate, words,
+                                        usage(tokens, tracked.frames, len(words))))
     if body.stream_format == "sse":
         tokens = len(served.model.tokenizer.encode(body.input))
-        return JobResponse(job, _sse_events(tracked, audio, tokens), "text/event-stream", watcher)
-    return JobResponse(job, audio, MEDIA_TYPES[body.response_format], watcher)
+        return JobResponse(job, _sse_events(tracked, audio, tokens, body.word_timestamps), "text/event-stream",
+                           watcher)
+    return JobResponse(job, audio, MEDIA_TYPES[body.response_format], watcher)  # bytes only: no words here
 

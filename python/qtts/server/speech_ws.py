@@ -4,8 +4,9 @@ reply), as a streamed-text job of the same Scheduler as every other request (doc
 
 The client sends JSON text messages: {"type": "start", ...POST /v1/audio/speech's fields but
 input}, then {"type": "text", "delta": "..."} as the text comes, then {"type": "done"}. The
-server answers {"type": "started", ...}, the audio as binary messages while it is generated,
-and {"type": "done", "stop_reason", "usage"}; or {"type": "error", "error": {...}} (the POST
+server answers {"type": "started", ...}, the audio as binary messages while it is generated
+(with word_timestamps, {"type": "words", "words": [...]} after each sentence's audio), and
+{"type": "done", "stop_reason", "usage"}; or {"type": "error", "error": {...}} (the POST
 route's error body) and a close whose code fits it. Closing the socket, or losing it, cancels
 the job within a frame.
 """
@@ -23,12 +24,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..runtime.audio import pcm16
-from ..runtime.scheduler import Job
+from ..runtime.audio.audio import pcm16
+from ..runtime.scheduling.scheduler import Job
 from .errors import ApiError, error_body
 from .formats import STREAMED, wav_header
 from .schemas import MAX_INPUT_CHARS, SpeechRequest, check_input_part
 from .speech import OPENAI_MODEL_NAMES, Served, _job_args, _Tracked, clone_upload, job_error, submit_errors
+from .timestamps import words_message
 
 # WebSocket close codes (RFC 6455, 7.4.1) by the POST route's status for the same error
 CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_UNSUPPORTED, CLOSE_INVALID_DATA = 1000, 1001, 1003, 1007
@@ -268,7 +270,9 @@ async def _stream(served: Served, ws: WebSocket, api_key: str | None) -> None:
         async for chunk in tracked.chunks():
             if session.gone:
                 break
-            if len(chunk.samples):
+            if chunk.words is not None:
+                session.gone = not await _sent(ws, json.dumps(words_message(chunk.words)))
+            elif len(chunk.samples):
                 session.gone = not await _sent(ws, pcm16(chunk.samples))
     except Exception as e:  # the job failed: its text was refused ("input is empty"), the engine, a bug
         session.error = job_error(e)
@@ -287,9 +291,11 @@ async def _stream(served: Served, ws: WebSocket, api_key: str | None) -> None:
         await _send_error(ws, session.error)
         return
     tokens = await run_in_threadpool(lambda: len(served.model.tokenizer.encode("".join(session.text))))
+    used = {"input_tokens": tokens, "output_frames": tracked.frames}
+    if body.word_timestamps:
+        used["words"] = tracked.words
     try:
-        await ws.send_json({"type": "done", "stop_reason": tracked.stop_reason,
-                            "usage": {"input_tokens": tokens, "output_frames": tracked.frames}})
+        await ws.send_json({"type": "done", "stop_reason": tracked.stop_reason, "usage": used})
         await ws.close(CLOSE_NORMAL)
     except (WebSocketDisconnect, RuntimeError, OSError):
         pass

@@ -1,4 +1,4 @@
-"""Saved voices: one voice file (runtime/voice.py's format) per id under the --voices folder,
+"""Saved voices: one voice file (runtime/audio/voice.py's format) per id under the --voices folder,
 written atomically, so they survive restarts; without a folder, voices live in memory only."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..runtime.voice import Voice
+from ..runtime.audio.voice import Voice
 from .errors import ApiError
 
 log = logging.getLogger("qtts.server")

@@ -27,8 +27,8 @@ from wyoming.ping import Ping, Pong
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from ..errors import QttsError
-from ..runtime.audio import pcm16
-from ..runtime.scheduler import Job, QueueFull, SchedulerClosed
+from ..runtime.audio.audio import pcm16
+from ..runtime.scheduling.scheduler import Job, QueueFull, SchedulerClosed
 from .protocol import BadEvent, read_event
 from .voices import VoiceError
 

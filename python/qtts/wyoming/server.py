@@ -19,7 +19,7 @@ from wyoming.event import Event
 from wyoming.info import Attribution, Info, TtsProgram
 
 from .. import __version__
-from ..runtime.scheduler import Job, Scheduler
+from ..runtime.scheduling.scheduler import Job, Scheduler
 from .handler import Connection
 from .protocol import MAX_LINE_BYTES
 from .voices import Voices

@@ -15,7 +15,7 @@ from typing import Any
 from wyoming.info import Attribution, TtsVoice
 
 from ..aliases import TARGETS, VoiceAliases
-from ..runtime.voice import Voice
+from ..runtime.audio.voice import Voice
 
 SUFFIX = ".qvoice"  # a saved voice's file, as the HTTP server's voice store writes it (server/voices.py)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

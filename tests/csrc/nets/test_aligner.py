@@ -120,6 +120,18 @@ def test_long_prompt_spans_several_chunks(session, reference_aligner) -> None:
     got = session.timestamp_logits(batch["input_ids"][0].tolist(), audio)
     assert np.abs(got - want).max() <= TOL
     np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))
+    assert session.memory()["kv_cache"] > 0  # kept for the next call: below the steady size
+
+
+def test_outsized_prompt_gives_its_buffers_back(session, reference_aligner) -> None:
+    batch = inputs(reference_aligner, clip(2.0, 6), [f"w{i}" for i in range(400)])
+    assert batch["input_ids"].shape[1] > 1024
+    with windowed(reference_aligner):
+        audio = encoder_output(reference_aligner, batch)
+        want = slot_logits(reference_aligner, batch)
+    got = session.timestamp_logits(batch["input_ids"][0].tolist(), audio)
+    np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))
+    assert session.memory() == {"kv_cache": 0, "compute_buffers": 0}
 
 
 def test_bad_inputs_are_refused(model, session) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from qtts._native import core
-from qtts.runtime.engine import Engine
+from qtts.runtime.engine.engine import Engine
 from tests.fixtures.device import device_precision, ops_device
 
 HOP = 1920

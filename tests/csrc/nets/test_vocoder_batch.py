@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qtts.runtime.engine import Engine
+from qtts.runtime.engine.engine import Engine
 from tests.fixtures.device import ops_device
 
 HOP = 1920

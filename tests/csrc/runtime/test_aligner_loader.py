@@ -73,3 +73,14 @@ def test_native_ops_need_the_cpu(aligner_gguf: dict[str, Path]) -> None:
     assert core.AlignerModel(str(aligner_gguf["f32"]), "cpu", core.Ops.portable).ops == "portable"
     assert core.file_architecture(str(aligner_gguf["f32"])) == KV.ALIGNER_ARCH_NAME
     assert core.file_architecture("/nonexistent.gguf") == ""
+
+
+def test_fuzzed_aligner_files_never_crash(aligner_gguf: dict[str, Path], tmp_path: Path) -> None:
+    """Mutants of the tiny aligner (tests/fuzz_gguf.py: bit flips, truncations, header, metadata
+    and tensor-info edits), each loaded and, when it loads, aligning a clip in a worker process:
+    none may kill it, hang it or raise anything but a ValueError / OSError."""
+    from tests import fuzz_gguf
+
+    report = fuzz_gguf.fuzz([aligner_gguf["f32"], aligner_gguf["q8_0"]], 150, seed=1, save_dir=tmp_path / "failures")
+    assert report.counts["rejected"] > 0 and report.counts["ok"] > 0, report.summary()
+    assert not report.failures, "\n".join(report.failures)

@@ -82,8 +82,8 @@ def test_top_p_stays_on_the_host(gguf_dir: Path) -> None:
 def _batched_codes(m: qtts.Model, texts: list[str], settings: list[dict], device: bool) -> list[np.ndarray]:
     """Each request's codes when all of them run in one batch (joining at steps 0, 1, 2, ...),
     the batch's code predictor sampling on the host or in its frame graph."""
-    from qtts.runtime.config import GenerationConfig
-    from qtts.runtime.prompt import build_prompt, resolve_voice
+    from qtts.runtime.settings.config import GenerationConfig
+    from qtts.runtime.synthesis.prompt import build_prompt, resolve_voice
 
     with m.engine.session() as s:
         s.native.device_sampling = device

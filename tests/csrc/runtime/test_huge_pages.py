@@ -119,7 +119,7 @@ def test_huge_pages_give_the_mapped_weights_results(gguf_dir: Path, name: str, k
 
 
 def test_metadata_reads_no_weights_into_huge_pages(gguf_dir: Path) -> None:
-    from qtts.runtime.engine import Engine
+    from qtts.runtime.engine.engine import Engine
 
     assert Engine.metadata(str(gguf_dir / "tiny_base-q8_0.gguf")).huge_page_bytes == 0
 

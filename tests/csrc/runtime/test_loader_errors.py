@@ -234,7 +234,7 @@ BAD_VALUES: list[tuple[str, object, str]] = [
     (KV.GEN_REPETITION_PENALTY, -1.0, CV), (KV.GEN_REPETITION_PENALTY, INF, CV),
     (KV.GEN_TOP_K, 2**31 - 1, CV), (KV.GEN_SUB_TOP_K, 2**31, CV),
     (KV.GEN_MAX_NEW_TOKENS, 0, CV), (KV.GEN_MAX_NEW_TOKENS, 3 * 10**9, CV),
-    # the bounds of the same settings as arguments (qtts.runtime.config), so that a file's defaults
+    # the bounds of the same settings as arguments (qtts.runtime.settings.config), so that a file's defaults
     # never fail at synthesis: found by the fuzzer
     (KV.T_ROPE_FREQ_BASE % KV.P_TALKER, 1e-45, CV), (KV.GEN_TEMPERATURE, 1e-7, CV),
     (KV.GEN_SUB_TEMPERATURE, 1e-30, CV), (KV.GEN_REPETITION_PENALTY, 1e-45, CV), (KV.GEN_MAX_NEW_TOKENS, 1, CV),

@@ -10,8 +10,8 @@ import pytest
 import qtts
 from qtts.bench.profile import format_profile, plumbing, summarize
 from qtts.convert.names import TN
-from qtts.runtime.config import GenerationConfig
-from qtts.runtime.prompt import build_prompt, resolve_voice
+from qtts.runtime.settings.config import GenerationConfig
+from qtts.runtime.synthesis.prompt import build_prompt, resolve_voice
 from tests import corrupt
 from tests.profiling import profiled
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import qtts
+from qtts.runtime.aligner.subtitles import to_json
 from tests.fixtures.bulk import CV_ITEMS, base_items, batch_cli, expected_files, files_of, good, results, write_manifest
 
 
@@ -41,6 +42,21 @@ def test_cli_ray_same_files(gguf_dir: Path, ray_address: str, tmp_path: Path) ->
     assert json.loads(run.stdout)["skipped"] == 7 and len(results(tmp_path / "out")) == 7
 
 
+def test_cli_ray_runs_the_load_options_given(gguf_dir: Path, ray_address: str, tmp_path: Path) -> None:
+    """`batch --ray --ops portable --precision exact` gives the files of a local model loaded
+    so (the actors once loaded at the defaults whatever the flags said)."""
+    cv = gguf_dir / "tiny_custom_voice-f32.gguf"
+    items = good(CV_ITEMS)[:3]
+    manifest = write_manifest(tmp_path / "items.jsonl", items)
+    local = qtts.Model(cv, n_threads=1, ops="portable", precision="exact")
+    run = batch_cli(manifest, "-m", cv, "--output-dir", tmp_path / "out", "--ray", "--address", ray_address,
+                    "--jobs", "1", "-t", "1", "--ops", "portable", "--precision", "exact", "-q", cache=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert files_of(tmp_path / "out") == expected_files(local, items, tmp_path, tmp_path / "expected")
+    native = expected_files(qtts.Model(cv, n_threads=1), items, tmp_path, tmp_path / "native")
+    assert native != files_of(tmp_path / "out"), "the paths agree to the bit here: the test shows nothing"
+
+
 def test_cli_ray_clones(gguf_dir: Path, ray_address: str, tmp_path: Path) -> None:
     base = gguf_dir / "tiny_base-f32.gguf"
     model = qtts.Model(base, n_threads=1, voice_cache=False)
@@ -66,7 +82,9 @@ def test_synthesizer_map_batches(gguf_dir: Path, ray_address: str) -> None:
         concurrency=2, batch_size=4, num_cpus=1)
     out = {r["id"]: r for r in ds.take_all()}
     assert set(out) == {r["id"] for r in rows}
-    assert set(out["r0"]) == {"id", "audio", "sample_rate", "frames", "stop_reason", "seed", "timings", "error"}
+    assert set(out["r0"]) == {"id", "audio", "sample_rate", "frames", "stop_reason", "seed", "timings", "words",
+                              "error"}
+    assert out["r0"]["words"] is None
     model = qtts.Model(cv, n_threads=1)
     for r in rows[:4]:
         got = out[r["id"]]
@@ -76,3 +94,21 @@ def test_synthesizer_map_batches(gguf_dir: Path, ray_address: str) -> None:
         assert got["frames"] == len(want.codes) and json.loads(got["timings"])["frames"] == len(want.codes)
     assert "unknown speaker 'nobody'" in out["bad-speaker"]["error"] and len(out["bad-speaker"]["audio"]) == 0
     assert "seed must be in [0, 2**64)" in out["bad-seed"]["error"]
+
+
+def test_cli_ray_writes_words(gguf_dir: Path, aligner_gguf: dict[str, Path], ray_address: str,
+                              tmp_path: Path) -> None:
+    """--timestamps on Ray: each actor loads the aligner (the load options carried whole), and the
+    words files are those of the local model."""
+    cv = gguf_dir / "tiny_custom_voice-f32.gguf"
+    items = good(CV_ITEMS)[:2]
+    manifest = write_manifest(tmp_path / "items.jsonl", items)
+    run = batch_cli(manifest, "-m", cv, "--output-dir", tmp_path / "out", "--ray", "--address", ray_address,
+                    "--jobs", "1", "-t", "1", "--timestamps", "json", "--aligner", aligner_gguf["f32"], "-q",
+                    cache=tmp_path)
+    assert run.returncode == 0, run.stderr
+    with qtts.load(cv, n_threads=1, aligner=aligner_gguf["f32"]) as m:
+        want = {x["id"]: to_json(m.synthesize(x["text"], word_timestamps=True,
+                                              **{k: v for k, v in x.items() if k not in ("id", "text")}).words)
+                for x in items}
+    assert files_of(tmp_path / "out", "json") == {k: v.encode() for k, v in want.items()}

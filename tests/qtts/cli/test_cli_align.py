@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 import qtts
-from qtts.runtime.subtitles import to_srt
+from qtts.runtime.aligner.subtitles import to_srt, to_vtt
 from tests.fixtures.aligner_reference import clip
 
 TEXT = "Hello, world! This is a tiny test."
@@ -103,3 +103,21 @@ def test_speak_writes_timestamps(aligner_gguf: dict[str, Path], gguf_dir: Path, 
             args = ["speak", "-m", str(model), "--speaker", "ryan", "-p", "Hi.", *extra]
         r = _cli(*args)
         assert r.returncode == 1 and fragment in r.stderr, r.stderr
+
+
+def test_speak_streams_timestamps(aligner_gguf: dict[str, Path], gguf_dir: Path, tmp_path: Path) -> None:
+    """--raw streams the audio and writes the words once the stream ends: those of Model.stream."""
+    model = gguf_dir / "tiny_custom_voice-f32.gguf"
+    words_file = tmp_path / "words.vtt"
+    r = subprocess.run([sys.executable, "-m", "qtts.cli", "speak", "-m", str(model), "--speaker", "ryan", "-p",
+                        "Hello world, again.", "--raw", "-s", "2", "--max-new-tokens", "20", "-t", "1", "-q",
+                        "--timestamps", str(words_file), "--aligner", str(aligner_gguf["f32"])],
+                       capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with qtts.load(model, n_threads=1, aligner=aligner_gguf["f32"]) as m:
+        chunks = list(m.stream("Hello world, again.", speaker="ryan", seed=2, max_new_tokens=20, word_timestamps=True))
+    assert r.stdout == b"".join(qtts.pcm16(c.samples) for c in chunks)
+    assert words_file.read_text(encoding="utf-8") == to_vtt([w for c in chunks for w in c.words or []])
+    r = _cli("speak", "-m", str(model), "--speaker", "ryan", "-p", "Hi.", "-o", str(tmp_path / "o.wav"),
+             "--aligner", str(aligner_gguf["f32"]))
+    assert r.returncode == 1 and "--aligner times the words of --timestamps FILE" in r.stderr, r.stderr

@@ -68,7 +68,7 @@ def test_progress_callback_keeps_the_codes(cv: str) -> None:
     text = "First sentence here. And a second one."
     kw = dict(speaker="ryan", seed=5, max_new_tokens=11, split_sentences=20)
     plain = m.synthesize(text, **kw)
-    seen: list[qtts.runtime.speech.Progress] = []
+    seen: list[qtts.runtime.synthesis.speech.Progress] = []
     stepped = m.synthesize(text, progress=seen.append, **kw)
     np.testing.assert_array_equal(stepped.codes, plain.codes)
     np.testing.assert_array_equal(stepped.samples, plain.samples)

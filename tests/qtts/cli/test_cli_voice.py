@@ -19,9 +19,9 @@ import soundfile as sf  # a runtime dependency: imported, never skipped
 
 import qtts
 from qtts.cli import main
-from qtts.runtime import cloning
-from qtts.runtime.audio import pcm16, save_audio
-from qtts.runtime.voice import Voice
+from qtts.runtime.audio.audio import pcm16, save_audio
+from qtts.runtime.audio.voice import Voice
+from qtts.runtime.synthesis import cloning
 
 TEXT = "Hello there, cloned voice."
 REF_TEXT = "The quick brown fox jumps."

@@ -15,7 +15,7 @@ from gguf.constants import GGML_QUANT_SIZES
 import qtts
 from qtts import _core, cli
 from qtts.convert.quantize import FILE_TYPE, TYPES, quantize
-from qtts.runtime.prompt import build_prompt, resolve_voice
+from qtts.runtime.synthesis.prompt import build_prompt, resolve_voice
 from tests.fixtures.build import MODEL_NAMES
 
 K_QUANTS = ("q4_k", "q5_k", "q6_k")

@@ -202,7 +202,7 @@ def test_random_tensor_statistics(section: str, name: str, mean: float, std: flo
 
 
 def test_tokenizer_has_the_released_special_ids(tmp_path: Path) -> None:
-    from qtts.runtime.tokenizer import Tokenizer
+    from qtts.runtime.text.tokenizer import Tokenizer
 
     table = randmodel.release_table("0.6B-CustomVoice")
     randmodel._write_tokenizer(tmp_path, table["config"])

@@ -24,7 +24,7 @@ import pytest
 import soundfile as sf
 
 import qtts
-from qtts.runtime.audio import pcm16
+from qtts.runtime.audio.audio import pcm16
 from tests.fixtures.server import LiveServer, start_server
 
 KEY = "integration-key"

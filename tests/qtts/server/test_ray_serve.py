@@ -25,8 +25,8 @@ from websockets.exceptions import ConnectionClosedError
 from websockets.sync.client import connect
 
 import qtts
-from qtts.runtime.audio import pcm16
-from tests.fixtures.ray_serve import RayApp, start_ray_app
+from qtts.runtime.audio.audio import pcm16
+from tests.fixtures.ray_serve import RayApp, command_line, start_ray_app
 
 MODEL = "tiny_base-f32"
 KEY = "test-key"
@@ -159,6 +159,15 @@ def test_metrics_are_labelled_by_replica(app: RayApp) -> None:
         assert f'qtts_queued_requests{{replica="{replica}"}} 0.0' in lines
         counted = [line for line in lines if line.startswith("qtts_http_requests_total{")]
         assert counted and all(f'replica="{replica}"' in line for line in counted)
+
+
+def test_replicas_and_proxy_run_at_the_commands_priority(app: RayApp) -> None:
+    """Ray starts its workers at nice 15; a replica (threads that meet at every op) and the proxy
+    relaying its streams would then lose their cores to anything at normal priority."""
+    proxies = [p for p in app.descendants() if command_line(p).startswith("ray::ProxyActor")]
+    assert len(app.replicas()) == 2 and proxies
+    mine = os.getpriority(os.PRIO_PROCESS, app.process.pid)
+    assert {os.getpriority(os.PRIO_PROCESS, p) for p in [*app.replicas(), *proxies]} == {mine}
 
 
 def test_a_deleted_voice_is_gone_from_every_replica(app: RayApp, local: qtts.Model, clip: Path) -> None:

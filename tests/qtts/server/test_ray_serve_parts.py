@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from qtts import cli
-from qtts.runtime.options import RayServeOptions
-from qtts.runtime.voice import Voice
+from qtts.runtime.audio.voice import Voice
+from qtts.runtime.settings.options import RayServeOptions
 from qtts.server.errors import ApiError
 from qtts.server.ray_serve import LOAD_METRIC, SLOTS_METRIC, QueuePolicy, ReplicaLost, build
 from qtts.server.shared_voices import SharedVoiceStore

@@ -19,7 +19,7 @@ import pytest
 import soundfile as sf
 
 import qtts
-from qtts.runtime.audio import pcm16
+from qtts.runtime.audio.audio import pcm16
 from tests.fixtures.server import LiveServer, start_server
 
 KEY = "test-key"
@@ -187,6 +187,8 @@ BAD = [
     ({"model": MODEL, "input": "Hi.", "voice": "ryan", "ref_audio": "AAAA"}, "ref_audio", 400),
     ({"model": MODEL, "input": "Hi.", "voice": "ryan", "do_sample": "yes"}, "do_sample", 400),
     ({"model": MODEL, "input": "Hi.", "voice": "ryan", "temprature": 0.5}, "temprature", 400),
+    ({"model": MODEL, "input": "Hi.", "voice": "ryan", "word_timestamps": "yes"}, "word_timestamps", 400),
+    ({"model": MODEL, "input": "Hi.", "voice": "ryan", "word_timestamps": True}, "word_timestamps", 400),  # no aligner
 ]
 
 
@@ -329,7 +331,7 @@ def test_metrics_and_models(server: LiveServer, client: openai.OpenAI) -> None:
 def test_one_pcm_conversion_everywhere(server: LiveServer, client: openai.OpenAI, local: qtts.Model,
                                        cv_path: Path, tmp_path: Path) -> None:
     """The same seed gives the same 16-bit samples from every output: the CLI's file and --raw,
-    Audio.save, a batch file, and the server's wav and pcm (runtime/audio.py, to_int16)."""
+    Audio.save, a batch file, and the server's wav and pcm (runtime/audio/audio.py, to_int16)."""
     import subprocess
     import sys
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 import qtts
-from qtts.runtime.audio import pcm16
+from qtts.runtime.audio.audio import pcm16
 from tests.fixtures.server import LiveServer, start_server
 
 MODEL = "tiny_voice_design-f32"

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import qtts
-from qtts.runtime.audio import pcm16
+from qtts.runtime.audio.audio import pcm16
 from tests.fixtures.server import LiveServer, WsEnd, start_server, ws_connect, ws_read
 from tests.fixtures.unicode import INVALID, VALID
 

@@ -16,7 +16,7 @@ import pytest
 import soundfile as sf
 
 import qtts
-from qtts.runtime.audio import pcm16
+from qtts.runtime.audio.audio import pcm16
 from tests.fixtures.server import LiveServer, start_server
 
 MODEL = "tiny_base-f32"

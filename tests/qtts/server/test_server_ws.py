@@ -167,6 +167,8 @@ def test_disconnect_cancels(server: LiveServer, voice: str) -> None:
     ([{"type": "start", "model": MODEL, "voice": "nobody"}], "voice", "voice_not_found", 1008),
     ([{"type": "start", "model": "other", "voice": "VOICE"}], "model", "model_not_found", 1008),
     ([{"type": "start", "voice": "VOICE"}], "model", "invalid_value", 1008),
+    ([{"type": "start", "model": MODEL, "voice": "VOICE", "word_timestamps": True}], "word_timestamps",  # no --aligner
+     "invalid_value", 1008),
 ])
 def test_bad_messages(server: LiveServer, voice: str, messages: list[Any], param: str | None, code: str,
                       close: int) -> None:

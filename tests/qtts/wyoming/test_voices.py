@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from qtts.aliases import VOICE_DESIGN, VoiceAliases
-from qtts.runtime.voice import Voice
+from qtts.runtime.audio.voice import Voice
 from qtts.wyoming.voices import VoiceError, Voices
 
 LANGUAGES = ["auto", "chinese", "english", "german"]

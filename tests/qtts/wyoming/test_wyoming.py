@@ -27,7 +27,7 @@ from wyoming.tts import (
 )
 
 import qtts
-from qtts.runtime.audio import pcm16
+from qtts.runtime.audio.audio import pcm16
 from tests.fixtures.wyoming import LiveWyoming, read_until, start_wyoming
 
 MODEL = "tiny_custom_voice-f32"
