@@ -81,11 +81,11 @@ void claim_device_precision(Precision p, const char * device) {
     }
 }
 
-ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b) {
+ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b, bool every_width) {
     const bool f32 = a->type == GGML_TYPE_F32, half = a->type == GGML_TYPE_F16 || a->type == GGML_TYPE_BF16;
     constexpr int64_t kFirstCublasWidth = 17;
-    const int64_t n = b->ne[1];
-    if (!(f32 || half) || n < (f32 ? 4 : 2) || n >= kFirstCublasWidth) {
+    const int64_t n = b->ne[1], narrowest = every_width ? 1 : f32 ? 4 : 2;
+    if (!(f32 || half) || n < narrowest || n >= kFirstCublasWidth) {
         ggml_tensor * y = ggml_mul_mat(ctx, a, b);
         ggml_mul_mat_set_prec(y, GGML_PREC_F32);
         return y;
@@ -100,8 +100,12 @@ ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b
 
 ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b) {
     if (device_precision() != Precision::exact || in_host_memory(a)) return ggml_mul_mat(ctx, a, b);
-    if (dense_operands()) return mul_mat_exact(ctx, dense01(ctx, a), dense01(ctx, b));
-    return mul_mat_exact(ctx, a, b);
+    // ggml-vulkan multiplies up to 8 columns with its mat-vec kernel, which splits each dot
+    // product across threads, and more with its tiled kernel, which sums in order: padding every
+    // narrower product keeps a row's result the same alone and in a batch (docs/gpu.md, "Exact on
+    // Vulkan")
+    if (dense_operands()) return mul_mat_exact(ctx, dense01(ctx, a), dense01(ctx, b), true);
+    return mul_mat_exact(ctx, a, b, false);
 }
 
 ggml_tensor * stock_conv(ggml_context * ctx, ggml_tensor * xp, ggml_tensor * w, int64_t n, ggml_tensor * b,

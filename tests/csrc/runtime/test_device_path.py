@@ -17,11 +17,13 @@ TEXT = "Hello world, this is a tiny test."
 
 @pytest.mark.parametrize(("h", "m", "k", "n"), [(1, 8, 32, 1), (1, 8, 32, 4), (3, 5, 16, 9), (2, 7, 8, 16),
                                                  (1, 4, 8, 17), (2, 3, 8, 2)])
-def test_exact_product_pads_and_slices(h: int, m: int, k: int, n: int) -> None:
+@pytest.mark.parametrize("every_width", [False, True])
+def test_exact_product_pads_and_slices(h: int, m: int, k: int, n: int, every_width: bool) -> None:
+    """every_width (exact on Vulkan) pads the narrowest products too, one column included."""
     rng = np.random.default_rng(h * 1000 + n)
     a = rng.standard_normal((h, m, k)).astype(np.float32)
     b = rng.standard_normal((h, n, k)).astype(np.float32)
-    got = core.ops.mul_mat_exact(a, b)
+    got = core.ops.mul_mat_exact(a, b, every_width=every_width)
     want = np.einsum("hmk,hnk->hnm", a.astype(np.float64), b.astype(np.float64))
     assert got.shape == (h, n, m)
     assert np.abs(got - want).max() <= 1e-5
