@@ -308,8 +308,9 @@ py::array_t<float> run_mul_mat_exact(const Floats & a, const Floats & b, bool ev
     const std::vector<int64_t> bs = shape(b, "b", {as[0], -1, as[2]});
     OneOp op;
     ggml_tensor * y = mul_mat_exact(op.ctx(), op.input(a, as), op.input(b, bs), every_width);
-    py::array_t<float> out =
-        op.run(ggml_reshape_2d(op.ctx(), ggml_cont(op.ctx(), y), y->ne[0], y->ne[1] * y->ne[2]), 1);
+    // scaled by 1 as a network's next op would: ggml_scale asserts on an operand not dense-rowed
+    y = ggml_scale(op.ctx(), y, 1.0f);
+    py::array_t<float> out = op.run(ggml_reshape_2d(op.ctx(), y, y->ne[0], y->ne[1] * y->ne[2]), 1);
     return out.reshape({as[0], bs[1], as[1]});
 }
 

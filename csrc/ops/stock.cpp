@@ -94,8 +94,10 @@ ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b
         ggml_pad(ctx, ggml_is_contiguous(b) ? b : ggml_cont(ctx, b), 0, static_cast<int>(kFirstCublasWidth - n), 0, 0);
     ggml_tensor * y = ggml_mul_mat(ctx, a, bp);
     ggml_mul_mat_set_prec(y, GGML_PREC_F32);
-    y = ggml_view_4d(ctx, y, y->ne[0], n, y->ne[2], y->ne[3], y->nb[1], y->nb[2], y->nb[3], 0);
-    return y->ne[2] * y->ne[3] > 1 ? ggml_cont(ctx, y) : y;
+    // one matrix: its first n columns, a view whose strides read as dense (ggml_scale and other
+    // elementwise ops assert on that); several: a dense copy
+    if (y->ne[2] * y->ne[3] == 1) return ggml_view_2d(ctx, y, y->ne[0], n, y->nb[1], 0);
+    return ggml_cont(ctx, ggml_view_4d(ctx, y, y->ne[0], n, y->ne[2], y->ne[3], y->nb[1], y->nb[2], y->nb[3], 0));
 }
 
 ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b) {

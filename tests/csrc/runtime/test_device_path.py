@@ -122,8 +122,8 @@ def test_batched_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: s
     sampled = [dict(seed=11 + i, subtalker_top_k=5, subtalker_temperature=0.8) for i in range(4)]
     settings = {"greedy": [dict(greedy, max_new_tokens=8 + 3 * i) for i in range(4)],
                 "sampled": [dict(kw, max_new_tokens=8 + 3 * i) for i, kw in enumerate(sampled)],
-                "mixed": [dict(greedy, max_new_tokens=9), dict(sampled[0], max_new_tokens=12), dict(seed=4),
-                          dict(greedy, max_new_tokens=6)]}[mode]
+                "mixed": [dict(greedy, max_new_tokens=9), dict(sampled[0], max_new_tokens=12),
+                          dict(seed=4, max_new_tokens=10), dict(greedy, max_new_tokens=6)]}[mode]
     host = _batched_codes(m, texts, settings, device=False)
     dev = _batched_codes(m, texts, settings, device=True)
     for i, (a, b) in enumerate(zip(host, dev, strict=True)):
