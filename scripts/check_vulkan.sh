@@ -88,14 +88,15 @@ export GGML_VK_VISIBLE_DEVICES="${GGML_VK_VISIBLE_DEVICES:-0}"  # ggml-vulkan hi
 export MESA_SHADER_CACHE_DIR="$cache/mesa-shader-cache"
 export MESA_SHADER_CACHE_MAX_SIZE="${MESA_SHADER_CACHE_MAX_SIZE:-4G}"
 
+step "Mesa $(dpkg-query -W -f '${Version}' mesa-vulkan-drivers), built in ${SECONDS} s"
 "$venv/bin/python" -c 'import qtts; from qtts._native import core; print(qtts.__file__, core.devices())' | tee -a "$log"
 step "the parity phases on Vulkan0 (check_gpu.json and check_gpu.md in $out)"
 rc=0
 "$venv/bin/python" scripts/check_gpu.py run --device Vulkan0 --no-build --ops portable --out "$out" \
-    --work "$cache/work" --budget-s "${QTTS_VULKAN_BUDGET_S:-3000}" \
+    --work "$cache/work" --budget-s "${QTTS_VULKAN_BUDGET_S:-10800}" \
     --phases info,goldens,parity_exact,parity_fast,batch_parity_exact,ops || rc=1
 step "the device tests on Vulkan0"
 QTTS_TEST_DEVICE=Vulkan0 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/csrc/runtime/test_device_path.py \
     tests/qtts/runtime/scheduling/test_batch.py tests/csrc/nets || rc=1
-step "done (exit $rc)"
+step "done in ${SECONDS} s (exit $rc)"
 exit "$rc"

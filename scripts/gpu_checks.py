@@ -24,10 +24,11 @@ CASES = [
 ]
 # The ops docs/gpu.md's Metal table checks against ggml-metal's rules: a census finding another
 # one means the table needs a new row
+ALIGNER = "tiny_aligner"
 CHECKED_OPS = {"MUL_MAT", "ADD", "SUB", "MUL", "RMS_NORM", "NORM", "SOFT_MAX", "SUM_ROWS", "CUMSUM", "MEAN", "ROPE",
                "SWIGLU", "SILU", "GELU_ERF", "ELU", "RELU", "SIGMOID", "TANH", "NEG", "STEP", "SCALE", "CLAMP",
                "SIN", "SQR", "SQRT", "CONCAT", "CPY", "CONT", "GET_ROWS", "SET_ROWS", "ARGSORT", "ARGMAX", "PAD",
-               "FILL", "TRI"}
+               "FILL", "TRI", "IM2COL"}
 # Floors of the fast precision's agreement with the reference (exact must match outright).
 FAST_FLOORS = {"logits_cosine": 0.999, "codec_snr_db": 25.0}
 
@@ -94,12 +95,19 @@ def goldens(out: Path) -> dict[str, Any]:
         arrays[f"case{i}.decoded_codes"] = codes["codes"]
         arrays[f"case{i}.decoded"] = codes["decoded"]
         arrays[f"case{i}.wav"] = np.asarray(wavs[0], np.float32)
+    out_aligner = out / f"{ALIGNER}-f32.gguf"
+    try:  # the forced aligner's tiny checkpoint, built with qwen-asr's classes, for the op census
+        from tests.fixtures.aligner import ensure_aligner
+
+        convert(ensure_aligner(), out_aligner, "f32")
+    except ImportError as e:  # qwen-asr absent here: the census says it left the aligner out
+        print(f"goldens: no tiny aligner ({e})", file=sys.stderr)
     enc = _clip(24000 * 5 + 17, 5)
     arrays["encode.clip"] = enc
     with torch.no_grad():
         arrays["encode.codes"] = refs["tiny_base"].model.speech_tokenizer.encode(enc, sr=24000).audio_codes[0].numpy()
     np.savez(out / "goldens.npz", **arrays)
-    return {"models": sorted(refs), "cases": len(CASES), "torch": torch.__version__}
+    return {"models": sorted(refs), "cases": len(CASES), "aligner": out_aligner.exists(), "torch": torch.__version__}
 
 
 # -- parity -------------------------------------------------------------------------------------
@@ -171,7 +179,8 @@ def _sampled(m: Any, cpu: Any) -> dict[str, Any]:
 def op_census(gold: Path, device: str) -> dict[str, Any]:
     """Every computed node of the portable graphs by signature (Session.op_census: op, types,
     and the views its sources are), over each tiny model's requests, a sampled one, a batch and
-    the encoders: the list docs/gpu.md's Metal table checks."""
+    the encoders, and the forced aligner's where goldens built it: the list docs/gpu.md's Metal
+    table checks."""
     import numpy as np
 
     import qtts
@@ -191,6 +200,10 @@ def op_census(gold: Path, device: str) -> dict[str, Any]:
             for sig, n in s.native.op_census().items():
                 total[sig] = total.get(sig, 0) + int(n)
         m.close()
+    aligner = gold / f"{ALIGNER}-f32.gguf"
+    if aligner.exists():  # its audio encoder (several conv chunks, a padded last one) and decoder
+        for sig, n in _aligner_census(aligner, device).items():
+            total[sig] = total.get(sig, 0) + n
     ops = {sig.split()[0] for sig in total}
     # get_rows operands at an offset not on a 256-byte boundary (ggml-vulkan asserts on them)
     def offsets(sig: str) -> list[int]:
@@ -198,7 +211,25 @@ def op_census(gold: Path, device: str) -> dict[str, Any]:
 
     misaligned = [sig for sig in total if sig.startswith("GET_ROWS") and any(a < 256 for a in offsets(sig))]
     return {"device": device, "census": dict(sorted(total.items())), "unchecked_ops": sorted(ops - CHECKED_OPS),
-            "get_rows_misaligned": misaligned}
+            "get_rows_misaligned": misaligned, "aligner": aligner.exists()}
+
+
+def _aligner_census(path: Path, device: str) -> dict[str, int]:
+    """The op census of one alignment on `device` (the portable path): a 3.3 s clip's log-mel
+    (its values do not matter here) and a two-word prompt."""
+    import numpy as np
+
+    import qtts
+    from qtts._native import core
+
+    a = qtts.load_aligner(path, device="cpu", n_threads=2)  # the prompt's token ids
+    mel = np.random.default_rng(0).standard_normal((int(a.engine.hparams["audio_encoder"]["mel_bins"]), 333))
+    s = core.AlignerSession(core.AlignerModel(str(path), device, core.Ops.portable, core.Precision.auto), 2)
+    s.set_op_census(True)
+    rows = s.encode(mel.astype(np.float32))
+    s.timestamp_logits(a.prompt(["Hello", "world"], rows.shape[0]), rows)
+    a.close()
+    return {sig: int(n) for sig, n in s.op_census().items()}
 
 
 def parity(gold: Path, device: str, precision: str, ops: str = "auto", sampling: str = "default",

@@ -166,6 +166,9 @@ void bind_aligner(py::module_ & m) {
         .def("set_profiling", &AlignerSession::set_profiling, py::arg("on"),
              "Per-op time accounting (graphs then run node by node): profile() gives ms by \"phase/op\".")
         .def("profile", &AlignerSession::profile)
+        .def("set_op_census", &AlignerSession::set_op_census, py::arg("on"),
+             "Count each computed node by its op, types and source views (graphs then run node by node).")
+        .def("op_census", &AlignerSession::op_census, "Computed nodes per signature since the census was turned on.")
         .def("memory", &AlignerSession::memory)
         .def("release_buffers", &AlignerSession::release_buffers);
 }

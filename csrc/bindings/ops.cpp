@@ -303,13 +303,14 @@ py::array_t<float> run_elu_left(const Floats & x, const std::optional<Floats> & 
 }
 
 // a [H, M, K] times b [H, N, K] per h through the exact product's padded form: [H, N, M].
-py::array_t<float> run_mul_mat_exact(const Floats & a, const Floats & b) {
+py::array_t<float> run_mul_mat_exact(const Floats & a, const Floats & b, bool every_width) {
     const std::vector<int64_t> as = shape(a, "a", {-1, -1, -1});
     const std::vector<int64_t> bs = shape(b, "b", {as[0], -1, as[2]});
     OneOp op;
-    ggml_tensor * y = mul_mat_exact(op.ctx(), op.input(a, as), op.input(b, bs));
-    py::array_t<float> out =
-        op.run(ggml_reshape_2d(op.ctx(), ggml_cont(op.ctx(), y), y->ne[0], y->ne[1] * y->ne[2]), 1);
+    ggml_tensor * y = mul_mat_exact(op.ctx(), op.input(a, as), op.input(b, bs), every_width);
+    // scaled by 1 as a network's next op would: ggml_scale asserts on an operand not dense-rowed
+    y = ggml_scale(op.ctx(), y, 1.0f);
+    py::array_t<float> out = op.run(ggml_reshape_2d(op.ctx(), y, y->ne[0], y->ne[1] * y->ne[2]), 1);
     return out.reshape({as[0], bs[1], as[1]});
 }
 
@@ -526,8 +527,10 @@ void qtts::bind_ops(py::module_ & mod) {
           "into each lane's window of k_cache, v_cache [n_ctx, n_head_kv, hd] after its n_past positions, "
           "and attends q [n * lanes, n_head, hd] causally over the window. Returns (out [n * lanes, "
           "n_head * hd], k_cache, v_cache).");
-    m.def("mul_mat_exact", &run_mul_mat_exact, py::arg("a"), py::arg("b"),
-          "a [H, M, K] times b [H, N, K] per h, through the exact precision's padded product: [H, N, M].");
+    m.def("mul_mat_exact", &run_mul_mat_exact, py::arg("a"), py::arg("b"), py::kw_only(),
+          py::arg("every_width") = false,
+          "a [H, M, K] times b [H, N, K] per h, through the exact precision's padded product (every "
+          "product under 17 columns padded with every_width, as on Vulkan): [H, N, M].");
     m.def("time_stats", &run_time_stats, py::arg("x"), py::arg("logits") = py::none(), py::kw_only(),
           py::arg("n_threads") = 1, "[mean; std] over time of x [T, C], uniform or softmax(logits) weighted.");
 }

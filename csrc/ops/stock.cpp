@@ -81,11 +81,11 @@ void claim_device_precision(Precision p, const char * device) {
     }
 }
 
-ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b) {
+ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b, bool every_width) {
     const bool f32 = a->type == GGML_TYPE_F32, half = a->type == GGML_TYPE_F16 || a->type == GGML_TYPE_BF16;
     constexpr int64_t kFirstCublasWidth = 17;
-    const int64_t n = b->ne[1];
-    if (!(f32 || half) || n < (f32 ? 4 : 2) || n >= kFirstCublasWidth) {
+    const int64_t n = b->ne[1], narrowest = every_width ? 1 : f32 ? 4 : 2;
+    if (!(f32 || half) || n < narrowest || n >= kFirstCublasWidth) {
         ggml_tensor * y = ggml_mul_mat(ctx, a, b);
         ggml_mul_mat_set_prec(y, GGML_PREC_F32);
         return y;
@@ -94,14 +94,20 @@ ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b
         ggml_pad(ctx, ggml_is_contiguous(b) ? b : ggml_cont(ctx, b), 0, static_cast<int>(kFirstCublasWidth - n), 0, 0);
     ggml_tensor * y = ggml_mul_mat(ctx, a, bp);
     ggml_mul_mat_set_prec(y, GGML_PREC_F32);
-    y = ggml_view_4d(ctx, y, y->ne[0], n, y->ne[2], y->ne[3], y->nb[1], y->nb[2], y->nb[3], 0);
-    return y->ne[2] * y->ne[3] > 1 ? ggml_cont(ctx, y) : y;
+    // one matrix: its first n columns, a view whose strides read as dense (ggml_scale and other
+    // elementwise ops assert on that); several: a dense copy
+    if (y->ne[2] * y->ne[3] == 1) return ggml_view_2d(ctx, y, y->ne[0], n, y->nb[1], 0);
+    return ggml_cont(ctx, ggml_view_4d(ctx, y, y->ne[0], n, y->ne[2], y->ne[3], y->nb[1], y->nb[2], y->nb[3], 0));
 }
 
 ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b) {
     if (device_precision() != Precision::exact || in_host_memory(a)) return ggml_mul_mat(ctx, a, b);
-    if (dense_operands()) return mul_mat_exact(ctx, dense01(ctx, a), dense01(ctx, b));
-    return mul_mat_exact(ctx, a, b);
+    // ggml-vulkan multiplies up to 8 columns with its mat-vec kernel, which splits each dot
+    // product across threads, and more with its tiled kernel, which sums in order: padding every
+    // narrower product keeps a row's result the same alone and in a batch (docs/gpu.md, "Exact on
+    // Vulkan")
+    if (dense_operands()) return mul_mat_exact(ctx, dense01(ctx, a), dense01(ctx, b), true);
+    return mul_mat_exact(ctx, a, b, false);
 }
 
 ggml_tensor * stock_conv(ggml_context * ctx, ggml_tensor * xp, ggml_tensor * w, int64_t n, ggml_tensor * b,

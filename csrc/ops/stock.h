@@ -20,10 +20,12 @@ void claim_device_precision(Precision p, const char * device);
 // a b as ggml_mul_mat, in the claimed precision: where it is exact and `a` is not known to live
 // in host memory, the product asks for F32 (ggml_mul_mat_set_prec) and a column count at which
 // ggml-cuda would use its tensor-core kernels (2..16 columns) is padded to 17, the first width
-// it hands to cuBLAS, whose TF32 is off; the padding is sliced off again.
+// it hands to cuBLAS, whose TF32 is off; the padding is sliced off again. On a Vulkan device
+// every product under 17 columns is padded, so that all run ggml-vulkan's tiled kernel.
 ggml_tensor * mul_mat(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b);
-// The exact form alone, wherever `a` lives (tests run it on the CPU).
-ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b);
+// The exact form alone, wherever `a` lives (tests run it on the CPU); `every_width` pads every
+// product narrower than 17 columns, one column too (what exact does on a Vulkan device).
+ggml_tensor * mul_mat_exact(ggml_context * ctx, ggml_tensor * a, ggml_tensor * b, bool every_width);
 
 // conv_gemm's result over portable weights w [g*Cin, N, K/g] (ops/conv_gemm.h, g = 1), or a
 // stride-g conv of kernel K: xp [Cin, R] is read as [g*Cin, R/g] (g consecutive rows per row),

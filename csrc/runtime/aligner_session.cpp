@@ -61,10 +61,12 @@ ggml_cgraph * AlignerSession::run(const GraphBuild & build, const GraphInputs & 
     ggml_set_output(out);
     ggml_build_forward_expand(gf, out);
     ggml_backend_sched_reset(sched_);
+    if (backend_ != cpu_) place_inputs(sched_, gf, backend_);  // portable on a device (runtime/graph.h)
     GgmlErrorCapture log;
     if (!ggml_backend_sched_alloc_graph(sched_, gf)) engine_fail(log, "could not allocate the aligner's graph");
     inputs(gf);
-    ggml_backend_sched_set_eval_callback(sched_, profiling_ ? &AlignerSession::profile_node : nullptr, this);
+    const bool observe = profiling_ || census_.on();
+    ggml_backend_sched_set_eval_callback(sched_, observe ? &AlignerSession::profile_node : nullptr, this);
     const ggml_status status = ggml_backend_sched_graph_compute(sched_, gf);
     if (status != GGML_STATUS_SUCCESS) engine_fail(log, "graph compute failed: %s", ggml_status_to_string(status));
     return gf;
@@ -82,6 +84,8 @@ bool AlignerSession::profile_node(ggml_tensor * t, bool ask, void * self) {
         s->node_t0_ = now;
         return true;  // observe every node: the scheduler then computes them one at a time
     }
+    s->census_.count(t);
+    if (!s->profiling_) return true;
     std::string op = t->op == GGML_OP_UNARY ? ggml_unary_op_name(ggml_get_unary_op(t)) : ggml_op_name(t->op);
     if (t->op == GGML_OP_MUL_MAT || t->op == GGML_OP_CUSTOM) {
         const ggml_tensor * w = t->src[0]->view_src ? t->src[0]->view_src : t->src[0];

@@ -13,6 +13,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "runtime/aligner_model.h"
+#include "runtime/graph.h"
 #include "runtime/transformer.h"
 
 namespace qtts {
@@ -51,6 +52,9 @@ public:
     // layers'); off clears nothing, set_profiling(true) starts afresh.
     void set_profiling(bool on);
     std::map<std::string, double> profile() const { return profile_; }
+    // The op census of the graphs run while it is on (OpCensus, runtime/graph.h).
+    void set_op_census(bool on) { census_.set(on); }
+    std::map<std::string, int64_t> op_census() const { return census_.counts(); }
 
     // Bytes held now: the decoder's KV cache, the scheduler's compute buffers.
     std::map<std::string, size_t> memory() const;
@@ -76,6 +80,7 @@ private:
     std::map<std::string, double> profile_;
     std::chrono::steady_clock::time_point node_t0_;
     static bool profile_node(ggml_tensor * t, bool ask, void * self);
+    OpCensus census_;
 };
 
 }  // namespace qtts

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
+#include <unordered_map>
 #include <utility>
 
 #include "ops/qmatmul.h"
@@ -86,6 +87,72 @@ ggml_tensor * rows_operand(ggml_context * ctx, ggml_tensor * t) {
 ggml_tensor * index_row(ggml_context * ctx, ggml_tensor * ids, int64_t row) {
     ggml_tensor * r = ggml_view_1d(ctx, ids, ids->ne[0], row * ids->nb[1]);
     return row == 0 ? r : ggml_cont(ctx, r);
+}
+
+bool computes(const ggml_tensor * t) {
+    switch (t->op) {
+        case GGML_OP_NONE:
+        case GGML_OP_VIEW:
+        case GGML_OP_RESHAPE:
+        case GGML_OP_PERMUTE:
+        case GGML_OP_TRANSPOSE: return false;
+        default: return true;
+    }
+}
+
+const char * op_name(const ggml_tensor * t) {
+    if (t->op == GGML_OP_UNARY) return ggml_unary_op_name(ggml_get_unary_op(t));
+    if (t->op == GGML_OP_MUL_MAT) {
+        const ggml_tensor * a = t->src[0]->view_src ? t->src[0]->view_src : t->src[0];
+        const bool weight = a->buffer && ggml_backend_buffer_get_usage(a->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
+        return weight ? "MUL_MAT" : "MUL_MAT_ACT";
+    }
+    if (t->op != GGML_OP_CUSTOM) return ggml_op_name(t->op);
+    if (t->src[0] && qmatmul_supports(t->src[0]->type)) return "QMATMUL";
+    return t->type == GGML_TYPE_I32 ? "SAMPLE" : "CUSTOM";
+}
+
+void OpCensus::count(const ggml_tensor * t) {
+    if (!on_ || !computes(t)) return;
+    std::string sig = t->op == GGML_OP_UNARY    ? ggml_unary_op_name(ggml_get_unary_op(t))
+                      : t->op == GGML_OP_GLU    ? ggml_glu_op_name(ggml_get_glu_op(t))
+                      : t->op == GGML_OP_CUSTOM ? op_name(t)
+                                                : ggml_op_name(t->op);
+    sig += std::string(" ") + ggml_type_name(t->type) + " <-";
+    for (int i = 0; i < GGML_MAX_SRC && t->src[i]; ++i) {
+        const ggml_tensor * a = t->src[i];
+        sig += std::string(i ? ", " : " ") + ggml_type_name(a->type);
+        if (a->view_offs) {  // the offset's alignment: the largest power of two (to 256) dividing it
+            size_t align = 1;
+            while (align < 256 && a->view_offs % (2 * align) == 0) align *= 2;
+            sig += "@" + std::to_string(align);
+        }
+        if (!ggml_is_contiguous(a)) sig += ggml_is_contiguous_rows(a) ? "/rows" : "/strided";
+    }
+    ++counts_[sig];
+}
+
+bool OpCensus::observe(ggml_tensor * t, bool ask, void * census) {
+    if (!ask) static_cast<OpCensus *>(census)->count(t);
+    return true;  // observe every node: the scheduler then computes them one at a time
+}
+
+void place_inputs(ggml_backend_sched_t sched, ggml_cgraph * gf, ggml_backend_t device) {
+    std::unordered_map<ggml_tensor *, bool> on_device;  // input -> every op reading it runs there
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * node = ggml_graph_node(gf, i);
+        if (!computes(node)) continue;  // views read nothing; the ops reading them do
+        const bool here = ggml_backend_supports_op(device, node);
+        for (int j = 0; j < GGML_MAX_SRC && node->src[j]; ++j) {
+            ggml_tensor * src = node->src[j]->view_src ? node->src[j]->view_src : node->src[j];
+            if (!(src->flags & GGML_TENSOR_FLAG_INPUT)) continue;
+            auto it = on_device.emplace(src, here).first;
+            it->second = it->second && here;
+        }
+    }
+    for (const auto & [t, here] : on_device) {
+        if (here) ggml_backend_sched_set_tensor_backend(sched, t, device);
+    }
 }
 
 void set_input(ggml_cgraph * gf, const char * name, const void * data, size_t bytes) {

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -44,7 +47,8 @@ ggml_tensor * rows_operand(ggml_context * ctx, ggml_tensor * t);
 // Row `row` of the index matrix `ids` [n, rows] (I32) as the indices of ggml_get_rows: row 0
 // itself, every other row a copy (a few integers), whatever n is, so that a graph indexed by
 // the rows of an [n, rows] input has the same nodes at every n (a batched step's graph is the
-// same at 1 and 64 slots, tests/qtts/runtime/test_batch.py) and is a rows_operand on any device.
+// same at 1 and 64 slots, tests/qtts/runtime/scheduling/test_batch.py) and is a rows_operand
+// on any device.
 ggml_tensor * index_row(ggml_context * ctx, ggml_tensor * ids, int64_t row);
 
 // Rows t..t+width/C-1 of x for every t < rows, rows `step` bytes apart (x's row stride when 0),
@@ -60,6 +64,46 @@ ggml_tensor * concat_rows(ggml_context * ctx, std::vector<ggml_tensor *> parts);
 // Once the graph has read `left` ([C, p], a conv's carried left context), it receives the last p
 // rows of xp for the next graph.
 void keep(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * xp, ggml_tensor * left);
+
+// Whether a backend computes `t` (a kernel launch on a GPU, a thread barrier on the CPU): views
+// and reshapes compute nothing.
+bool computes(const ggml_tensor * t);
+// A node's op as the session's profile names it: ggml's name, the unary op's, MUL_MAT for a
+// product by a weight and MUL_MAT_ACT by an activation (a KV cache, attention scores), and
+// custom ops by what they do (QMATMUL: quantized weights in; SAMPLE: an I32 code out; CUSTOM).
+const char * op_name(const ggml_tensor * t);
+
+// The op census, for checking a backend's support op by op (docs/gpu.md, "Metal, op by op"):
+// while on, each computed node of the graphs run counts under its signature, "OP type <- src0,
+// src1, ...", each source its type, then "@N" when it is a view at a non-zero offset (N: the
+// largest power of two up to 256 that divides the offset in bytes), "/rows" when only its rows
+// are contiguous, "/strided" when not even those. A session observes its graphs node by node
+// (ggml_backend_sched_set_eval_callback) while it is on.
+class OpCensus {
+public:
+    void set(bool on) {
+        counts_.clear();
+        on_ = on;
+    }
+    bool on() const { return on_; }
+    void count(const ggml_tensor * t);
+    const std::map<std::string, int64_t> & counts() const { return counts_; }
+    // A ggml_backend_sched_eval_callback over an OpCensus: observes (and counts) every node.
+    static bool observe(ggml_tensor * t, bool ask, void * census);
+
+private:
+    bool on_ = false;
+    std::map<std::string, int64_t> counts_;
+};
+
+// Allocate the graph's inputs on `device` (a scheduler's first backend) instead of the CPU,
+// where the scheduler puts every input by default: each input a device graph reads from the
+// host is one of a split's inputs, and past 30 of them (GGML_SCHED_MAX_SPLIT_INPUTS) the
+// scheduler starts a new split on the same device, as the code predictor's frame graph with its
+// per-step positions, KV rows and masks did (docs/gpu.md, "Inputs on the device"). An input
+// some op the device lacks reads stays on the CPU. Call after ggml_backend_sched_reset, before
+// ggml_backend_sched_alloc_graph; set_input then writes into device memory.
+void place_inputs(ggml_backend_sched_t sched, ggml_cgraph * gf, ggml_backend_t device);
 
 // Copy `bytes` into the graph input `name`; an Error when the graph has no such input or its
 // size differs (a graph and its caller out of step).

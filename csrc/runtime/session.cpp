@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "ops/qmatmul.h"
 #include "runtime/error.h"
 #include "runtime/graph.h"
 
@@ -57,6 +56,10 @@ ggml_backend_sched_t Session::new_sched() {
 
 void Session::make_sched() { sched_ = new_sched(); }
 
+void Session::place_graph_inputs(ggml_backend_sched_t sched, ggml_cgraph * gf) const {
+    if (backend_ != cpu_ && model_->ops == OpsPath::portable) place_inputs(sched, gf, backend_);
+}
+
 void Session::free_replay(Replay & r) {
     if (r.ctx) ggml_free(r.ctx);
     if (r.sched) ggml_backend_sched_free(r.sched);
@@ -92,6 +95,7 @@ void Session::build_replay(Replay & r, uint64_t epoch, const char * what,
     r.gf = ggml_new_graph_custom(r.ctx, static_cast<int>(nodes), false);
     build(r.ctx, r.gf);
     r.sched = new_sched();
+    place_graph_inputs(r.sched, r.gf);
     if (!ggml_backend_sched_alloc_graph(r.sched, r.gf)) {
         free_replay(r);
         engine_fail(log, "could not allocate the %s graph", what);
@@ -147,47 +151,9 @@ void Session::set_profiling(bool on, bool ops) {
     profile_ops_ = ops;
 }
 
-void Session::set_op_census(bool on) {
-    census_.clear();
-    census_on_ = on;
-}
+void Session::set_op_census(bool on) { census_.set(on); }
 
 void Session::profile_add(const char * what, double value) { profile_[std::string(phase_) + "/" + what] += value; }
-
-// Custom ops by what they do: the quantized matmul (quantized weights in), the in-graph sampling
-// (an I32 code out), the audio networks' kernels; ggml's products by their first operand: a
-// weight (MUL_MAT) or an activation, a KV cache or attention scores (MUL_MAT_ACT).
-static const char * profile_op_name(const ggml_tensor * t) {
-    if (t->op == GGML_OP_UNARY) return ggml_unary_op_name(ggml_get_unary_op(t));
-    if (t->op == GGML_OP_MUL_MAT) {
-        const ggml_tensor * a = t->src[0]->view_src ? t->src[0]->view_src : t->src[0];
-        const bool weight = a->buffer && ggml_backend_buffer_get_usage(a->buffer) == GGML_BACKEND_BUFFER_USAGE_WEIGHTS;
-        return weight ? "MUL_MAT" : "MUL_MAT_ACT";
-    }
-    if (t->op != GGML_OP_CUSTOM) return ggml_op_name(t->op);
-    if (t->src[0] && qmatmul_supports(t->src[0]->type)) return "QMATMUL";
-    return t->type == GGML_TYPE_I32 ? "SAMPLE" : "CUSTOM";
-}
-
-// A node's signature in the op census (Session::set_op_census).
-static std::string op_signature(const ggml_tensor * t) {
-    std::string sig = t->op == GGML_OP_UNARY    ? ggml_unary_op_name(ggml_get_unary_op(t))
-                      : t->op == GGML_OP_GLU    ? ggml_glu_op_name(ggml_get_glu_op(t))
-                      : t->op == GGML_OP_CUSTOM ? profile_op_name(t)
-                                                : ggml_op_name(t->op);
-    sig += std::string(" ") + ggml_type_name(t->type) + " <-";
-    for (int i = 0; i < GGML_MAX_SRC && t->src[i]; ++i) {
-        const ggml_tensor * a = t->src[i];
-        sig += std::string(i ? ", " : " ") + ggml_type_name(a->type);
-        if (a->view_offs) {  // the offset's alignment: the largest power of two (to 256) dividing it
-            size_t align = 1;
-            while (align < 256 && a->view_offs % (2 * align) == 0) align *= 2;
-            sig += "@" + std::to_string(align);
-        }
-        if (!ggml_is_contiguous(a)) sig += ggml_is_contiguous_rows(a) ? "/rows" : "/strided";
-    }
-    return sig;
-}
 
 bool Session::profile_node(ggml_tensor * t, bool ask, void * self) {
     auto * s = static_cast<Session *>(self);
@@ -196,36 +162,23 @@ bool Session::profile_node(ggml_tensor * t, bool ask, void * self) {
         s->profile_t0_ = now;
         return true;  // observe every node: the scheduler then computes them one at a time
     }
-    const bool computes = t->op != GGML_OP_NONE && t->op != GGML_OP_VIEW && t->op != GGML_OP_RESHAPE &&
-                          t->op != GGML_OP_PERMUTE && t->op != GGML_OP_TRANSPOSE;
-    if (s->census_on_ && computes) ++s->census_[op_signature(t)];
+    s->census_.count(t);
     if (s->profiling_ && s->profile_ops_) {
-        s->profile_add(profile_op_name(t), std::chrono::duration<double, std::milli>(now - s->profile_t0_).count());
+        s->profile_add(op_name(t), std::chrono::duration<double, std::milli>(now - s->profile_t0_).count());
     }
     return true;
 }
 
-// The nodes a backend computes (a kernel launch on a GPU, a thread barrier on the CPU): views
-// and reshapes compute nothing.
 static int computed_nodes(ggml_cgraph * gf) {
     int n = 0;
-    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
-        switch (ggml_graph_node(gf, i)->op) {
-            case GGML_OP_NONE:
-            case GGML_OP_VIEW:
-            case GGML_OP_RESHAPE:
-            case GGML_OP_PERMUTE:
-            case GGML_OP_TRANSPOSE: break;
-            default: ++n;
-        }
-    }
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) n += computes(ggml_graph_node(gf, i));
     return n;
 }
 
 void Session::compute(ggml_backend_sched_t sched, ggml_cgraph * gf, ProfileClock & clock) {
     GgmlErrorCapture log;
     // the switch as it is now, also for a scheduler made before it changed (a batch's replays)
-    const bool observe = (profiling_ && profile_ops_) || census_on_;
+    const bool observe = (profiling_ && profile_ops_) || census_.on();
     ggml_backend_sched_set_eval_callback(sched, observe ? &Session::profile_node : nullptr, this);
     const ggml_status status = ggml_backend_sched_graph_compute(sched, gf);
     if (status != GGML_STATUS_SUCCESS) engine_fail(log, "graph compute failed: %s", ggml_status_to_string(status));
@@ -313,6 +266,7 @@ ggml_cgraph * Session::run(const std::function<ggml_tensor *(ggml_context *, ggm
     ggml_build_forward_expand(gf, out);
     clock.lap(":build");
     ggml_backend_sched_reset(sched_);
+    place_graph_inputs(sched_, gf);
     GgmlErrorCapture log;
     if (!ggml_backend_sched_alloc_graph(sched_, gf)) engine_fail(log, "could not allocate the compute graph");
     set_inputs(gf);

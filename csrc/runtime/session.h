@@ -15,6 +15,7 @@
 #include "ggml-cpu.h"
 #include "nets/code_predictor.h"
 #include "runtime/generate.h"
+#include "runtime/graph.h"
 #include "runtime/model.h"
 #include "runtime/transformer.h"
 
@@ -121,13 +122,10 @@ public:
     // split needs: node-by-node runs synchronize after every node).
     void set_profiling(bool on, bool ops = true);
     std::map<std::string, double> profile() const { return profile_; }
-    // The op census, for checking a backend's support op by op (docs/gpu.md, "Metal"): while
-    // on, graphs run node by node and each computed node counts under its signature,
-    // "OP type <- src0, src1, ...", each source its type, then "@N" when it is a view at a
-    // non-zero offset (N: the largest power of two up to 256 that divides the offset in bytes),
-    // "/rows" when only its rows are contiguous, "/strided" when not even those.
+    // The op census (OpCensus, runtime/graph.h): while on, graphs run node by node and each
+    // computed node counts under its signature.
     void set_op_census(bool on);
-    std::map<std::string, int64_t> op_census() const { return census_; }
+    std::map<std::string, int64_t> op_census() const { return census_.counts(); }
 
     // Names the phase of the graphs run while it lives (profiling keys).
     class Phase {
@@ -168,8 +166,8 @@ private:
     void profile_add(const char * what, double value);
     std::map<std::string, double> profile_;
     std::chrono::steady_clock::time_point profile_t0_;
-    bool profiling_ = false, profile_ops_ = true, census_on_ = false;
-    std::map<std::string, int64_t> census_;
+    bool profiling_ = false, profile_ops_ = true;
+    OpCensus census_;
     const char * phase_ = "other";
     int prefill_chunk_ = kPrefillChunk;
 
@@ -247,6 +245,9 @@ private:
                                const std::function<ggml_tensor *(ggml_context *, ggml_cgraph *)> & build,
                                const std::function<void(ggml_cgraph *)> & set_inputs);
     ggml_backend_sched_t new_sched();
+    // A graph's inputs on the device for the portable path (place_inputs, runtime/graph.h); the
+    // native path's custom CPU ops read theirs from host memory.
+    void place_graph_inputs(ggml_backend_sched_t sched, ggml_cgraph * gf) const;
     std::vector<ggml_backend_sched_t> scheds() const;  // the main one and every replay's
     void free_replay(Replay & r);
     void free_replays();

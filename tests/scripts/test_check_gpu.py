@@ -34,11 +34,13 @@ def test_check_gpu_dry_run_on_the_cpu(fixture_root: Path, tmp_path: Path) -> Non
     assert sampled["codes_equal"] and sampled["frames"] > 1
     assert set(sampled["splits_per_graph"].values()) == {1.0}, sampled
     assert res["phases"]["parity_fast"]["result"]["passed"]
-    # every op the portable graphs compute is in docs/gpu.md's Metal table, no get_rows operand
+    # every op the portable graphs compute (the aligner's included) is in docs/gpu.md's Metal table, no get_rows operand
     # starts off a 256-byte boundary, and the causal mask is built from stock ops every backend has
     census = res["phases"]["ops"]["result"]
     assert census["unchecked_ops"] == [] and census["get_rows_misaligned"] == [], census
     assert "ARGSORT i32 <- f32" in census["census"] and "TRI f32 <- f32" in census["census"]
+    # the forced aligner's graphs too (its encoder's convolutions as im2col and a product)
+    assert census["aligner"] and "IM2COL f32 <- f32, f32" in census["census"], census
     batched = res["phases"]["batch_parity_exact"]["result"]
     assert batched["passed"] and [len(m["requests"]) for m in batched["models"]] == [4, 4, 4]
     assert {x["frames"] for m in batched["models"] for x in m["requests"]} == {20, 7, 14, 4}

@@ -11,6 +11,7 @@ import pytest
 
 from qtts._native import core
 from tests.fixtures.aligner_reference import clip, encoder_output, inputs, slot_logits, windowed
+from tests.fixtures.device import device_precision, ops_device
 
 TOL = 1e-4
 # seconds: one chunk cut short (70 frames), whole chunks (200 frames), a padded last chunk, and
@@ -27,7 +28,8 @@ WORDS = {
 
 @pytest.fixture(scope="module", params=["native", "portable"])
 def model(aligner_gguf: dict[str, Path], request: pytest.FixtureRequest):
-    m = core.AlignerModel(str(aligner_gguf["f32"]), "cpu", core.Ops.__members__[request.param])
+    m = core.AlignerModel(str(aligner_gguf["f32"]), ops_device(request.param), core.Ops.__members__[request.param],
+                          core.Precision.__members__[device_precision()])
     assert m.ops == request.param
     return m
 

@@ -9,7 +9,7 @@ import pytest
 
 from qtts._native import core
 from qtts.runtime.engine.engine import Engine
-from tests.fixtures.device import ops_device
+from tests.fixtures.device import device_precision, ops_device
 
 HOP = 1920
 N_Q = 16
@@ -18,7 +18,8 @@ N_Q = 16
 # Every test of the decoder runs on both paths (docs/kernels.md, "Portable graphs").
 @pytest.fixture(scope="module", params=["native", "portable"])
 def session(gguf_dir: Path, request: pytest.FixtureRequest):
-    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), ops_device(request.param), 2, request.param).session() as s:
+    with Engine(str(gguf_dir / "tiny_base-f32.gguf"), ops_device(request.param), 2, request.param,
+                precision=device_precision()).session() as s:
         yield s
 
 
@@ -153,7 +154,8 @@ def test_model_decode(gguf_dir: Path, reference, ops: str) -> None:
     import qtts
 
     device = "cpu" if ops == "auto" else ops_device(ops)
-    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1, ops=ops, device=device)
+    m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1, ops=ops, device=device,
+                   precision=device_precision())
     assert m.ops == ("native" if ops == "auto" else ops)  # auto: native on the CPU
     assert m.devices["codec_decoder"] == f"{m.device}/{m.ops}"
     codes = _codes(9, 11)

@@ -10,18 +10,20 @@ import pytest
 
 import qtts
 from qtts._native import core
-from tests.fixtures.device import on_test_device, ops_device
+from tests.fixtures.device import device_precision, on_test_device, ops_device
 
 TEXT = "Hello world, this is a tiny test."
 
 
 @pytest.mark.parametrize(("h", "m", "k", "n"), [(1, 8, 32, 1), (1, 8, 32, 4), (3, 5, 16, 9), (2, 7, 8, 16),
                                                  (1, 4, 8, 17), (2, 3, 8, 2)])
-def test_exact_product_pads_and_slices(h: int, m: int, k: int, n: int) -> None:
+@pytest.mark.parametrize("every_width", [False, True])
+def test_exact_product_pads_and_slices(h: int, m: int, k: int, n: int, every_width: bool) -> None:
+    """every_width (exact on Vulkan) pads the narrowest products too, one column included."""
     rng = np.random.default_rng(h * 1000 + n)
     a = rng.standard_normal((h, m, k)).astype(np.float32)
     b = rng.standard_normal((h, n, k)).astype(np.float32)
-    got = core.ops.mul_mat_exact(a, b)
+    got = core.ops.mul_mat_exact(a, b, every_width=every_width)
     want = np.einsum("hmk,hnk->hnm", a.astype(np.float64), b.astype(np.float64))
     assert got.shape == (h, n, m)
     assert np.abs(got - want).max() <= 1e-5
@@ -58,7 +60,7 @@ def test_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: str, sett
     rule, so the codes are the host sampler's (the sums are float, not double: a draw within
     rounding of a boundary could differ, which these 435 draws per case do not hit)."""
     m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops=ops, voice_cache=False,
-                   device=ops_device(ops))
+                   device=ops_device(ops), precision=device_precision())
     got = []
     for on_device in (False, True):
         with m.engine.session() as s:
@@ -70,7 +72,7 @@ def test_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: str, sett
 
 def test_top_p_stays_on_the_host(gguf_dir: Path) -> None:
     m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops="portable", voice_cache=False,
-                   device=on_test_device())
+                   device=on_test_device(), precision=device_precision())
     got = []
     for on_device in (False, True):
         with m.engine.session() as s:
@@ -114,14 +116,14 @@ def test_batched_device_sampling_follows_the_host_sampler(gguf_dir: Path, ops: s
     the codes of its step-by-step pass with the host sampler: greedy, seeded sampling with one
     setting for all lanes, and a mix of settings (which keeps the host sampler)."""
     m = qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=1, ops=ops, voice_cache=False,
-                   device=ops_device(ops))
+                   device=ops_device(ops), precision=device_precision())
     texts = [TEXT, "Short.", "A longer sentence, with a few more words than the others.", TEXT]
     greedy = dict(do_sample=False, subtalker_dosample=False)
     sampled = [dict(seed=11 + i, subtalker_top_k=5, subtalker_temperature=0.8) for i in range(4)]
     settings = {"greedy": [dict(greedy, max_new_tokens=8 + 3 * i) for i in range(4)],
                 "sampled": [dict(kw, max_new_tokens=8 + 3 * i) for i, kw in enumerate(sampled)],
-                "mixed": [dict(greedy, max_new_tokens=9), dict(sampled[0], max_new_tokens=12), dict(seed=4),
-                          dict(greedy, max_new_tokens=6)]}[mode]
+                "mixed": [dict(greedy, max_new_tokens=9), dict(sampled[0], max_new_tokens=12),
+                          dict(seed=4, max_new_tokens=10), dict(greedy, max_new_tokens=6)]}[mode]
     host = _batched_codes(m, texts, settings, device=False)
     dev = _batched_codes(m, texts, settings, device=True)
     for i, (a, b) in enumerate(zip(host, dev, strict=True)):
@@ -137,7 +139,7 @@ def test_portable_graphs_have_only_stock_ops(gguf_dir: Path) -> None:
     from tests.profiling import profiled
 
     m = qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=1, ops="portable", voice_cache=False,
-                   device=on_test_device())
+                   device=on_test_device(), precision=device_precision())
     rng = np.random.default_rng(0)
     clip = (0.1 * rng.standard_normal(24000)).astype(np.float32)
     with m.engine.session() as s:

@@ -18,7 +18,7 @@ from qtts.runtime.scheduling.scheduler import QueueFull, Scheduler, SchedulerClo
 from qtts.runtime.settings.config import GenerationConfig
 from qtts.runtime.synthesis.prompt import Prompt, build_prompt, resolve_voice
 from tests.chunks import assert_chunks_equal
-from tests.fixtures.device import on_test_device
+from tests.fixtures.device import TEST_DEVICE, device_precision, on_test_device
 
 TEXTS = ["Hello world, this is a tiny test.", "Short.", "A longer sentence, with a few more words than the others."]
 REF_TEXT = "The quick brown fox jumps."
@@ -33,30 +33,32 @@ def _clip(n: int, seed: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def cv(gguf_dir: Path) -> qtts.Model:
-    return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, device=on_test_device("auto"))
+    return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, device=on_test_device("auto"),
+                      precision=device_precision())
 
 
 @pytest.fixture(scope="module")
 def vd(gguf_dir: Path) -> qtts.Model:
-    return qtts.Model(gguf_dir / "tiny_voice_design-f32.gguf", n_threads=2, device=on_test_device("auto"))
+    return qtts.Model(gguf_dir / "tiny_voice_design-f32.gguf", n_threads=2, device=on_test_device("auto"),
+                      precision=device_precision())
 
 
 @pytest.fixture(scope="module")
 def base(gguf_dir: Path) -> qtts.Model:
     return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False,
-                      device=on_test_device("auto"))
+                      device=on_test_device("auto"), precision=device_precision())
 
 
 @pytest.fixture(scope="module")
 def base_portable(gguf_dir: Path) -> qtts.Model:
     return qtts.Model(gguf_dir / "tiny_base-f32.gguf", n_threads=2, voice_cache=False, ops="portable",
-                      device=on_test_device("auto"))
+                      device=on_test_device("auto"), precision=device_precision())
 
 
 @pytest.fixture(scope="module")
 def cv_portable(gguf_dir: Path) -> qtts.Model:
     return qtts.Model(gguf_dir / "tiny_custom_voice-f32.gguf", n_threads=2, ops="portable",
-                      device=on_test_device("auto"))
+                      device=on_test_device("auto"), precision=device_precision())
 
 
 @pytest.fixture(scope="module")
@@ -159,12 +161,15 @@ def test_64_slots_equal_alone(request: pytest.FixtureRequest, voices: dict[str, 
 @pytest.mark.parametrize("which", ["cv", "cv_portable"])
 def test_talker_step_nodes_do_not_grow_with_the_batch(request: pytest.FixtureRequest, which: str) -> None:
     """One batched talker step is the same graph, node for node, at 1, 8 and 64 slots (the
-    fused attention on the CPU's native path, the masked window on the portable one)."""
+    fused attention on the CPU's native path, the masked window on the portable one). On the
+    test device, in exact, products under 17 columns are padded (docs/gpu.md, "Precision"): the
+    graph is the same at 4 and 8 slots and at 17 and 64."""
     m: qtts.Model = request.getfixturevalue(which)
+    widths = [(4, 8), (17, 64)] if TEST_DEVICE else [(1, 8, 64)]
     nodes = {}
     with m.engine.session() as s:
         p, cfg = _case(m, s, TEXTS[0], 1, 6, False, non_streaming_mode=True, speaker="ryan")
-        for n in (1, 8, 64):
+        for n in sorted({n for group in widths for n in group}):
             batch = m.engine.batch(n)
             assert batch.talker_step_nodes == 0
             for _ in range(n):
@@ -172,7 +177,8 @@ def test_talker_step_nodes_do_not_grow_with_the_batch(request: pytest.FixtureReq
             s.batch_step(batch, 2)  # the first frame samples the prefill's logits, the second steps
             nodes[n] = batch.talker_step_nodes
             assert batch.cache_bytes > 0
-    assert nodes[1] > 0 and nodes[8] == nodes[1] and nodes[64] == nodes[1], nodes
+    for group in widths:
+        assert nodes[group[0]] > 0 and all(nodes[n] == nodes[group[0]] for n in group), nodes
 
 
 def test_batch_cache_too_large_names_the_bytes(cv: qtts.Model) -> None:
