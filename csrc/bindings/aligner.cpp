@@ -1,6 +1,6 @@
 // qtts._core.AlignerModel and AlignerSession: a loaded Qwen3-ForcedAligner file and the graphs
 // over it (docs/aligner.md). The aligner's text and audio front ends are Python's
-// (qtts/runtime/aligner.py); these take token ids, log-mel frames and encoder rows.
+// (qtts/runtime/aligner/aligner.py); these take token ids, log-mel frames and encoder rows.
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"

@@ -1,7 +1,7 @@
 // The typed generation parameters: SamplingParams, GenerateParams, GenerationDefaults, with
 // their C++ defaults (the member initializers: neutral values) as the keyword arguments'
 // defaults. The qwen-tts reference defaults are declared with the settings in
-// python/qtts/runtime/config.py, which fills every field (engine.native_params).
+// python/qtts/runtime/settings/config.py, which fills every field (engine.native_params).
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"

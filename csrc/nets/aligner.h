@@ -32,7 +32,7 @@ struct AudioEncoderLayer {
 };
 
 struct AudioEncoder {
-    // the log-mel front end (computed on the host, runtime/mel.py) the encoder was trained on
+    // the log-mel front end (computed on the host, runtime/audio/mel.py) the encoder was trained on
     int sample_rate = 0, n_fft = 0, hop = 0, n_mels = 0;
     int channels = 0;  // of the convs
     int n_embd = 0, n_ff = 0, n_layer = 0, n_head = 0, out_dim = 0;

@@ -12,7 +12,7 @@
 namespace qtts {
 
 // The structs carry no reference values: the qwen-tts defaults (generation_config.json's and
-// generate()'s) have one home, python/qtts/runtime/config.py, which fills every field of
+// generate()'s) have one home, python/qtts/runtime/settings/config.py, which fills every field of
 // GenerateParams (engine.native_params); a model's own copy is read from its GGUF into
 // GenerationDefaults (read_metadata requires every key). The initializers are neutral: no
 // sampling, no repetition penalty, no EOS mask, the talker's whole context.
