@@ -126,12 +126,24 @@ def test_bad_items_name_the_culprit_and_leave_the_streams(session, items: list, 
     session.decode_stream_close(6)
 
 
+def _same_stream(pushed: np.ndarray, whole: np.ndarray, on_device: bool) -> None:
+    """A stream's pushed pieces give the samples of one whole decode: bit for bit on the CPU; on
+    another device within the waveform bound, since its reductions (softmax rows, products) sum in
+    an order that depends on the push's width (docs/gpu.md, "The Vulkan lane": 1.1e-5 on lavapipe)."""
+    if not on_device:
+        np.testing.assert_array_equal(pushed, whole)
+    else:
+        np.testing.assert_allclose(pushed, whole, rtol=0, atol=1e-4)
+
+
 def test_pushes_replay_one_graph_per_chunk_size(session, request: pytest.FixtureRequest) -> None:
     """On the portable path a stream's pushes of up to 8 frames replay one graph per size and state
     (CodecRunner::replay: the transformer attends its whole cache, written at input rows), with the
     samples of a decode at once, across the 300-frame chunk seam too; a stream opened after another
     closed takes its state, and so its graphs. The native path builds each push's graph."""
     native = session.native
+    portable = request.node.callspec.params["session"] == "portable"
+    on_device = portable and ops_device("portable") != "cpu"  # the session fixture's placement
 
     def pushed(codes: np.ndarray, sizes: list[int]) -> np.ndarray:
         assert sum(sizes) == len(codes)
@@ -147,13 +159,13 @@ def test_pushes_replay_one_graph_per_chunk_size(session, request: pytest.Fixture
     before = native.codec_replay_builds
     for run in range(2):
         built = native.codec_replay_builds
-        np.testing.assert_array_equal(pushed(codes, [1, 2, 4, 8, 8, 8]), session.decode(codes))
+        _same_stream(pushed(codes, [1, 2, 4, 8, 8, 8]), session.decode(codes), on_device)
         # the first run builds a graph per size (fewer if an earlier test left this state's); the
         # second finds the closed stream's state, and every graph, kept
         assert native.codec_replay_builds - built <= (4 if run == 0 else 0)
-    if request.node.callspec.params["session"] == "portable":
+    if portable:
         assert native.codec_replay_builds > 0 and native.codec_replay_builds - before <= 4
     else:  # the native path builds a push's graph each time (no compute buffers kept)
         assert native.codec_replay_builds == 0
     codes = _codes(340, 8)
-    np.testing.assert_array_equal(pushed(codes, [1, 2, 4] + [8] * 41 + [4, 1]), session.decode(codes))
+    _same_stream(pushed(codes, [1, 2, 4] + [8] * 41 + [4, 1]), session.decode(codes), on_device)
